@@ -86,6 +86,11 @@ def test_chunks_streamed_equal_the_whole_decode(pipe):
     assert np.array_equal(np.concatenate([c.frames for c in got], axis=1), whole)
     assert np.array_equal(streamed, whole)
     assert np.abs(whole[0, 0] - whole[0, -1]).max() > 1e-3  # the frames differ: equality means something
+    # keep_chunks=False (vidax generate's): the same chunks, and the call keeps none of them to return
+    kept: list[FinishedChunk] = []
+    none = pipe("a cat", num_frames=21, on_chunk=kept.append, keep_chunks=False, **CALL).frames
+    assert none.shape == (1, 0, 32, 48, 3)
+    assert np.array_equal(np.concatenate([c.frames for c in kept], axis=1), whole)
 
 
 def test_an_interrupted_long_video_keeps_the_chunks_done(pipe, tmp_path, capsys):

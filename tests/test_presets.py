@@ -591,9 +591,10 @@ def test_skyreels_presets_are_their_sources_recipes():
     }
 
 
-def test_a_preset_runs_only_on_the_pipelines_whose_keywords_it_sets():
-    """SkyReels-V2's diffusion-forcing presets: offered and taken on the DF pipelines they were
-    written for, refused on the family's others naming the preset, where it runs and what does."""
+def test_a_preset_runs_only_on_the_pipelines_that_take_its_keywords():
+    """SkyReels-V2's diffusion-forcing presets: offered and taken on the DF pipelines (async on
+    text-to-video alone, its recipe's task), refused elsewhere naming the preset and why: a
+    keyword the pipeline does not take, or another task."""
     from vidax.models.skyreels_v2.pipeline import (
         SkyReelsV2DiffusionForcingImageToVideoPipeline,
         SkyReelsV2DiffusionForcingPipeline,
@@ -604,17 +605,23 @@ def test_a_preset_runs_only_on_the_pipelines_whose_keywords_it_sets():
     names = lambda cls: [p.name for p in presets.presets_of(cls)]  # noqa: E731
     assert names(SkyReelsV2DiffusionForcingPipeline) == ["async", "long"]
     assert names(SkyReelsV2DiffusionForcingVideoToVideoPipeline) == ["long"]
-    assert names(SkyReelsV2DiffusionForcingImageToVideoPipeline) == names(SkyReelsV2Pipeline) == []
+    assert names(SkyReelsV2DiffusionForcingImageToVideoPipeline) == ["long"]
+    assert names(SkyReelsV2Pipeline) == []
     assert presets.find_preset("LONG", SkyReelsV2DiffusionForcingVideoToVideoPipeline).name == "long"
     with pytest.raises(
         InputError,
-        match=r"^--preset 'async' runs on SkyReelsV2DiffusionForcingPipeline, not on "
-        r"SkyReelsV2DiffusionForcingVideoToVideoPipeline \(its keywords are theirs\); "
+        match=r"^--preset 'async' is a recipe for t2v; SkyReelsV2DiffusionForcingVideoToVideoPipeline does v2v; "
         r"SkyReelsV2DiffusionForcingVideoToVideoPipeline's presets: long$",
     ):
         presets.find_preset("async", SkyReelsV2DiffusionForcingVideoToVideoPipeline, "--preset")
-    with pytest.raises(InputError, match=r"^preset='long' runs on .*; SkyReelsV2Pipeline's presets: none$"):
+    with pytest.raises(
+        InputError,
+        match=r"^preset='long' sets ar_step, overlap_history, addnoise_condition, which SkyReelsV2Pipeline does "
+        r"not take; SkyReelsV2Pipeline's presets: none$",
+    ):
         presets.find_preset("long", SkyReelsV2Pipeline)
+    # Every other preset runs on each pipeline of its family that takes its keywords.
+    assert names(type("P", (), {"__module__": "vidax.models.wan.x", "call_args": classmethod(lambda c: ())})) == []
 
 
 def test_skyreels_long_preset_runs_as_its_keywords_given_by_hand(skyreels_df_pipe):

@@ -98,7 +98,7 @@ def run(request: GenerateRequest, stop, spelling, started: float | None = None) 
 
     streamed = streams(pipe, plan.call, output)  # a long video: its chunks written as each ends
     if streamed:
-        out, written = generate_streamed(_run, pipe, plan.call, output, paths[0], stop)
+        out, written, frames = generate_streamed(_run, pipe, plan.call, output, paths[0], stop)
     else:
         out = _run(pipe, plan.call, output.format, output.path)
     out.stats.startup_s = startup_s
@@ -106,7 +106,7 @@ def run(request: GenerateRequest, stop, spelling, started: float | None = None) 
     if not streamed:
         generate_and_write(pipe, plan.call, out, output, paths, stop, spelling)
         return
-    _report_written(out, [written], output.format, output.path)
+    _report_written(out, [written], output.format, output.path, frames)
     if stop():
         stop.exit(f"while writing --output: wrote {written} (complete)")
     typer.echo("summary:\n" + out.stats.summary(), err=True)
@@ -377,12 +377,12 @@ def write_outputs(
     return written
 
 
-def _report_written(out, written: list, fmt: str, output: str) -> None:
-    """The line saying what was written (or kept nothing), and a warning for a stale .wav beside a
-    silent video."""
+def _report_written(out, written: list, fmt: str, output: str, frames: int | None = None) -> None:
+    """The line saying what was written (or kept nothing; ``frames``: the count written chunk by
+    chunk, where ``out`` holds none), and a warning for a stale .wav beside a silent video."""
     from vidax.io.video import DISCARD, audio_path
 
-    n = out.frames.shape[1]
+    n = out.frames.shape[1] if frames is None else frames
     size = f"{n} frame{'s' * (n != 1)} of {out.frames.shape[2]}x{out.frames.shape[3]} (HxW)"  # as vidax inspect
     if out.audio is not None:
         size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"

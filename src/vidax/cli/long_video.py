@@ -94,9 +94,11 @@ def streams(pipe, call, output) -> bool:
 
 
 def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
-    """``(out, path written)``: ``run(pipe, call, format, output)`` (the CLI's call of the
-    pipeline) with every finished chunk appended to the growing mp4 at ``path`` as it ends (said
-    in one line per chunk with ``call.progress``), then the mp4 published under its name. A signal
+    """``(out, path written, frames written)``: ``run(pipe, call, format, output)`` (the CLI's
+    call of the pipeline) with every finished chunk appended to the growing mp4 at ``path`` as it
+    ends (said in one line per chunk with ``call.progress``), then the mp4 published under its
+    name. The pipeline keeps no chunk's frames for its return (its ``CHUNK_KEEP`` keyword): the
+    host memory of a video of any length is one chunk's. A signal
     (``stop``) ends the run at its next check, and the chunks finished are published as the video
     (exit 128 + the signal's number, the line says what was written). Any other failure publishes
     nothing."""
@@ -120,7 +122,7 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
             )
 
     try:
-        extra = {**call.extra, pipe.CHUNK_CALLBACK: chunk_done}
+        extra = {**call.extra, pipe.CHUNK_CALLBACK: chunk_done, pipe.CHUNK_KEEP: False}
         out = run(pipe, dataclasses.replace(call, extra=extra), output.format, path)
     except Cancelled as e:
         if not writer.frames:
@@ -138,6 +140,7 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
         raise
     stop.writing = True
     t0 = time.perf_counter()
+    frames = writer.frames
     written = writer.finish()
     out.stats.write_s = spent[0] + time.perf_counter() - t0
-    return out, written
+    return out, written, frames

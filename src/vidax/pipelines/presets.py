@@ -18,7 +18,7 @@ leaves it to the checkpoint and its doc says so. ``quality`` (the model card's /
 recommended steps, guidance, shift) and ``fast`` (a documented speed recipe) exist where a source
 gives the numbers: ``quality`` for HunyuanVideo and CogVideoX, ``fast`` (First-Block Cache) for
 HunyuanVideo; SkyReels-V2's diffusion forcing has ``async`` (diffusers' example) and ``long`` (its
-README's long-video recipe), on the pipelines whose keywords they set (:attr:`Preset.pipelines`). None are defined for Wan (its cards' recommended shift and guidance differ per
+README's long-video recipe), on the pipelines that take their keywords (:attr:`Preset.tasks`). None are defined for Wan (its cards' recommended shift and guidance differ per
 checkpoint and resolution, not per family; its few-step recipes are ``lightx2v`` / ``causvid``),
 LTX-Video, LTX-2, HunyuanVideo 1.5, Cosmos-Predict2.5 and Cosmos 3: the sources found give no
 family-wide quality settings or step-cache threshold for them.
@@ -55,9 +55,10 @@ class Preset:
         lora_weight: the weight its source merges the recipe's LoRA at (CausVid: 0.3; None: the
             source gives none); a recognised LoRA given at another weight is said in the
             recognition line (:func:`recognise`).
-        pipelines: the pipeline classes of the family it applies to, by name (empty: all); a
-            recipe of keywords only some of the family's pipelines take (SkyReels-V2's
-            diffusion-forcing ``ar_step``) is refused on the others by :func:`find_preset`.
+        tasks: the tasks it is a recipe for (``("t2v",)``; empty: every task). A pipeline runs
+            it where it does one of them and takes every call keyword it sets (SkyReels-V2's
+            diffusion-forcing ``ar_step`` is not ``SkyReelsV2Pipeline``'s); elsewhere
+            :func:`find_preset` refuses it saying why.
     """
 
     name: str
@@ -68,7 +69,7 @@ class Preset:
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     cache: str | None = None
     lora_weight: float | None = None
-    pipelines: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
 
     def settings(self) -> dict[str, Any]:
         """Every value it sets: the call keywords, the step cache, then the scheduler's
@@ -177,7 +178,7 @@ PRESETS: tuple[Preset, ...] = (
         "skyreels_v2",
         "SkyReels-V2 diffusion forcing, asynchronous, as diffusers' example runs it: 30 UniPC steps, guidance 6, "
         "flow shift 8, ar_step 5 in causal blocks of 5 latent frames, addnoise_condition 20 (text-to-video: "
-        "the example's image-to-video takes shift 5 and guidance 5, so it is not offered there)",
+        "diffusers' image-to-video example takes shift 5 and guidance 5)",
         "diffusers 0.42.1 SkyReelsV2DiffusionForcingPipeline EXAMPLE_DOC_STRING (flow_shift 8.0 'for T2V', "
         "num_inference_steps=30, guidance_scale=6.0, ar_step=5, causal_block_size=5, addnoise_condition=20)",
         call={
@@ -188,17 +189,19 @@ PRESETS: tuple[Preset, ...] = (
             "addnoise_condition": 20,
         },
         scheduler={"flow_shift": 8.0},
-        pipelines=("SkyReelsV2DiffusionForcingPipeline",),
+        tasks=("t2v",),
     ),
     Preset(
         "long",
         "skyreels_v2",
         "SkyReels-V2 long video as its README runs it: synchronous diffusion forcing (ar_step 0), 17 frames of "
-        "overlap between windows, addnoise_condition 20, 30 UniPC steps, guidance 6, flow shift 8 (text-to-video "
-        "and extending a clip); the window (base_num_frames) stays the pipeline's 97: give 121 at 720P",
+        "overlap between windows, addnoise_condition 20, 30 UniPC steps, guidance 6, flow shift 8 (the README's "
+        "text-, image- and video-to-video alike); the window (base_num_frames) stays the pipeline's 97: give 121 "
+        "at 720P",
         "https://github.com/SkyworkAI/SkyReels-V2 README (generate_video_df.py --ar_step 0 --base_num_frames 97 "
         "--num_frames 257 --overlap_history 17; '--addnoise_condition 20 is recommanded ... for better long "
-        "video consistency'; the script's defaults --inference_steps 30 --guidance_scale 6.0 --shift 8.0)",
+        "video consistency'; 'add --image' for image-to-video; the script's defaults --inference_steps 30 "
+        "--guidance_scale 6.0 --shift 8.0)",
         call={
             "num_inference_steps": 30,
             "guidance_scale": 6.0,
@@ -207,7 +210,6 @@ PRESETS: tuple[Preset, ...] = (
             "addnoise_condition": 20,
         },
         scheduler={"flow_shift": 8.0},
-        pipelines=("SkyReelsV2DiffusionForcingPipeline", "SkyReelsV2DiffusionForcingVideoToVideoPipeline"),
     ),
     Preset(
         "quality",
@@ -231,7 +233,7 @@ def presets_for(family: str) -> tuple[Preset, ...]:
 
 def presets_of(pipeline: type) -> tuple[Preset, ...]:
     """The presets ``pipeline`` runs: its family's, less those made for its other pipelines."""
-    return tuple(p for p in presets_for(family_of(pipeline)) if _runs_on(p, pipeline))
+    return tuple(p for p in presets_for(family_of(pipeline)) if _not_for(p, pipeline) is None)
 
 
 def find_preset(name: Any, pipeline: type, spelling: str = "preset=") -> Preset:
@@ -248,12 +250,9 @@ def find_preset(name: Any, pipeline: type, spelling: str = "preset=") -> Preset:
     given = f"{spelling}{name!r}" if spelling.endswith("=") else f"{spelling} {name!r}"
     for p in presets_for(family):
         if p.name == key:
-            if p.pipelines and pipeline.__name__ not in p.pipelines:
-                raise InputError(
-                    f"{given} runs on {' and '.join(p.pipelines)}, not on {pipeline.__name__} "
-                    f"(its keywords are theirs); {pipeline.__name__}'s presets: "
-                    f"{', '.join(q.name for q in presets_of(pipeline)) or 'none'}"
-                )
+            if (why := _not_for(p, pipeline)) is not None:
+                others = ", ".join(q.name for q in presets_of(pipeline)) or "none"
+                raise InputError(f"{given} {why}; {pipeline.__name__}'s presets: {others}")
             return p
     others = [p for p in PRESETS if p.name == key]
     names = [p.name for p in presets_for(family)]
@@ -265,8 +264,14 @@ def find_preset(name: Any, pipeline: type, spelling: str = "preset=") -> Preset:
     )
 
 
-def _runs_on(preset: Preset, pipeline: type) -> bool:
-    return not preset.pipelines or pipeline.__name__ in preset.pipelines
+def _not_for(preset: Preset, pipeline: type) -> str | None:
+    """Why ``pipeline`` does not run ``preset`` (None: it does)."""
+    missing = [k for k in preset.call if k not in pipeline.call_args()]
+    if missing:
+        return f"sets {', '.join(missing)}, which {pipeline.__name__} does not take"
+    if preset.tasks and pipeline.task not in preset.tasks:
+        return f"is a recipe for {', '.join(preset.tasks)}; {pipeline.__name__} does {pipeline.task}"
+    return None
 
 
 def preset_call(

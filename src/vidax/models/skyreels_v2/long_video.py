@@ -37,8 +37,23 @@ ON_CHUNK = CallOption(
     OBJECT,
     "Long video (vidax's, not diffusers'): on_chunk(chunk) after each chunk is denoised, with chunk a "
     "vidax.models.skyreels_v2.long_video.FinishedChunk holding its frames decoded (float32 (B, n, H, W, 3) in "
-    "[0, 1]); the call returns the same frames, concatenated.",
+    "[0, 1]); the call returns the same frames, concatenated (keep_chunks=False: none).",
 )
+
+#: Whether a call with ``on_chunk`` keeps the chunks' frames to return them (no flag: ``vidax
+#: generate`` writes each chunk as it ends and passes False).
+KEEP_CHUNKS = CallOption(
+    "keep_chunks",
+    bool,
+    "Long video with on_chunk (vidax's, not diffusers'): False returns no frames (B, 0, H, W, 3; on_chunk had "
+    "them) instead of keeping every chunk's frames in host memory until the call returns (float32: 6.3 MB a "
+    "544x960 frame, 4.5 GB for 30 s at 24 fps), so a video of any length takes the host memory of one chunk.",
+    "True",
+    flag=False,
+)
+
+#: The chunk streaming keywords of the diffusion-forcing pipelines.
+CHUNK_OPTIONS = (ON_CHUNK, KEEP_CHUNKS)
 
 
 #: The frames each chunk repeats where ``overlap_history`` is not given (video-to-video, and a
@@ -143,6 +158,9 @@ class LongVideo:
     _streamed: list | None = None
     #: The call keyword a caller streams the finished chunks through (``vidax generate``'s mp4).
     CHUNK_CALLBACK = ON_CHUNK.name
+    #: The call keyword that, False, keeps no chunk's frames for the call's return (the caller
+    #: wrote them as they ended).
+    CHUNK_KEEP = KEEP_CHUNKS.name
 
     @classmethod
     def chunked_length(cls, info, given: dict) -> tuple[dict, str | None]:
@@ -175,12 +193,13 @@ class LongVideo:
         if on_chunk is None or call.output_type == "latent":
             return finished, None
         self._streamed = []
+        keep = call.extra.get("keep_chunks", True)
         decoder = ChunkDecoder(self.vae)
         t = self.info.vae_config.temporal_compression
         latent_total = sum(c.num_latent_frames - c.overlap for c in chunks)
         prefix = self.stream_prefix(call)
         total = prefix.shape[1] + 1 + t * (latent_total - 1)  # the last image's latent frame is not in the chunks
-        count = len(chunks)
+        count, done = len(chunks), [0]
 
         def chunk_done(index: int, new: jax.Array, end: int, stats) -> None:
             with stats.timed("decode_s"), self.staging.on_device("vae"), matmul_precision(self.vae_matmul_precision):
@@ -190,10 +209,10 @@ class LongVideo:
             frames = np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
             if index == 0 and prefix.shape[1]:
                 frames = np.concatenate([np.broadcast_to(prefix, (frames.shape[0], *prefix.shape[1:])), frames], 1)
-            self._streamed.append(frames)
+            self._streamed.append(frames if keep else frames[:, :0])  # (B, 0, H, W, 3): the shape, no frames
             stats.sample_memory()
-            done = sum(f.shape[1] for f in self._streamed)
-            on_chunk(FinishedChunk(index, count, frames, done, total))
+            done[0] += frames.shape[1]
+            on_chunk(FinishedChunk(index, count, frames, done[0], total))
 
         return finished, chunk_done
 
@@ -203,7 +222,7 @@ class LongVideo:
         return np.zeros((1, 0, call.height, call.width, 3), np.float32)
 
     def decode(self, call, latents, stats) -> np.ndarray:
-        """The frames ``on_chunk`` was given, where it was; else :meth:`stream_prefix` followed
+        """The frames ``on_chunk`` was given, where it was (none with ``keep_chunks=False``); else :meth:`stream_prefix` followed
         by the VAE decode of the whole video's latents."""
         streamed, self._streamed = self._streamed, None
         if streamed:

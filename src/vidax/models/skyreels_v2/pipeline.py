@@ -30,7 +30,7 @@ from vidax.errors import Arg, ConfigError, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
-from vidax.models.skyreels_v2.long_video import DEFAULT_OVERLAP_HISTORY, ON_CHUNK, LongVideo
+from vidax.models.skyreels_v2.long_video import CHUNK_OPTIONS, DEFAULT_OVERLAP_HISTORY, LongVideo
 from vidax.models.wan.config import WanInfo
 from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 from vidax.pipelines.base import cfg_pair
@@ -186,7 +186,7 @@ class SkyReelsV2DiffusionForcingPipeline(LongVideo, WanPipeline):
             low_open=True,
             flag=False,
         ),
-        ON_CHUNK,
+        *CHUNK_OPTIONS,
     )
 
     #: The static settings of the chunk being denoised (set by :meth:`denoise`, part of
