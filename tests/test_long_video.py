@@ -114,6 +114,7 @@ def test_an_interrupted_long_video_keeps_the_chunks_done(pipe, tmp_path, capsys)
         if len(ends) == 2 and i == 0:  # a step of chunk 3 done: the file being written plays, then Ctrl-C
             (tmp,) = [f for f in os.listdir(tmp_path) if f.startswith(".vidax-")]
             growing.append(read_video(tmp_path / tmp).shape[0])
+            assert stop.temporary == {str(tmp_path / tmp)}  # what a second signal's exit removes
             stop.received.append(signal.SIGINT)
 
     call = pipe.check_call(pipe.info, "a cat", num_frames=21, cancel=stop, callback=step, **CALL)
@@ -129,6 +130,31 @@ def test_an_interrupted_long_video_keeps_the_chunks_done(pipe, tmp_path, capsys)
     print(f"the growing file played {growing[0]} frames while chunk 3 ran")
     assert growing[0] >= 9  # chunk 1 at least (the encoder may hold chunk 2's last frames back)
     assert "(13 of 21 frames, 0.81 s: the 2 chunk(s) finished)" in said
+    assert not stop.temporary
+
+
+def test_a_second_signal_removes_the_growing_file(tmp_path):
+    """A second signal during the run ends the process at once (vidax.interrupt.Stop): the file
+    it was growing is removed first, so "nothing was written" holds. (A process of its own: the
+    exit is os._exit; only the standard library is imported.)"""
+    import subprocess
+    import sys
+
+    growing = tmp_path / ".vidax-x.mp4"
+    growing.write_bytes(b"fragments")
+    script = (
+        "import os, signal, time\n"
+        "from vidax.interrupt import Stop\n"
+        "stop = Stop(); stop.install(); stop.temporary.add(os.environ['GROWING'])\n"
+        "with stop.catching():\n"
+        "    os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=dict(os.environ, GROWING=str(growing)), capture_output=True, timeout=60
+    )
+    assert done.returncode == 128 + 15, done
+    assert done.stderr.decode().strip() == "interrupted again (SIGTERM): stopped at once; nothing was written"
+    assert not growing.exists()
 
 
 def test_seconds_on_the_command_line(df_path, ckpt, tmp_path, caplog):

@@ -46,6 +46,9 @@ class Stop:
         self.installed = False
         self.phase = "before"  # "before", "running", "after", "exiting"
         self.status = 0
+        #: Files the run is writing that a second signal's immediate exit removes (a long video's
+        #: growing mp4): what it leaves is then what it says, nothing.
+        self.temporary: set[str] = set()
 
     def __call__(self) -> bool:
         return bool(self.received)
@@ -120,6 +123,9 @@ class Stop:
             # collective): the second signal ends it now. Nothing is being written, so nothing
             # partial is left; a progress bar may have the line: a new one first.
             if len(self.received) == 2:
+                for path in list(self.temporary):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
                 os.write(2, f"\ninterrupted again ({name}): stopped at once; nothing was written\n".encode())
             os._exit(128 + self.received[1])
 

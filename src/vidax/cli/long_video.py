@@ -107,6 +107,7 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
 
     fps = output.fps or pipe.video_fps(call)
     writer = GrowingMp4(path, fps, overwrite=output.overwrite)
+    stop.temporary.add(writer.tmp)  # a second signal exits at once: it takes the unfinished file along
     spent, last = [0.0], []
 
     def chunk_done(chunk) -> None:
@@ -124,11 +125,12 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
     try:
         extra = {**call.extra, pipe.CHUNK_CALLBACK: chunk_done, pipe.CHUNK_KEEP: False}
         out = run(pipe, dataclasses.replace(call, extra=extra), output.format, path)
+        stop.writing = True  # a second signal now waits for the file
     except Cancelled as e:
         if not writer.frames:
             writer.abort()
             raise
-        stop.writing = True  # a second signal now waits for the file
+        stop.writing = True
         done, frames = last[0], writer.frames
         written = writer.finish()
         stop.exit(
@@ -138,7 +140,8 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
     except BaseException:
         writer.abort()
         raise
-    stop.writing = True
+    finally:
+        stop.temporary.discard(writer.tmp)
     t0 = time.perf_counter()
     frames = writer.frames
     written = writer.finish()
