@@ -140,7 +140,8 @@ def test_transformer_off_the_device_while_encoding_and_decoding(ckpt, frames, mo
     """keep_transformer=False: the transformer's weights wait in host memory while the prompt is
     encoded and while the VAE decodes (no transformer buffer on the device then: nothing else
     holds them) and are on the device for the steps; the frames equal the resident run's; a
-    second call runs the same."""
+    second call runs the same. The host copy is made once and kept: a call copies the weights to
+    the host only when they changed since (here the first call, and after a weight is replaced)."""
     pipe = vidax.load_pipeline(ckpt, offload=OffloadConfig(keep_transformer=False))
     assert _kinds(pipe.transformer) == {"device"}
     # A weight on the device is found by its shape, dtype and values: a freed weight's address is
@@ -174,6 +175,15 @@ def test_transformer_off_the_device_while_encoding_and_decoding(ckpt, frames, mo
 
     _spy_on_decode(monkeypatch, pipe.vae, look)
     pipe.encode_text = encode_spy
+    to_host, device_put = [], jax.device_put
+
+    def counting_put(x, device=None, *args, **kwargs):
+        if getattr(device, "memory_kind", None) == "pinned_host":
+            to_host.extend([None] * len(jax.tree.leaves(x)))  # counted, not held
+        return device_put(x, device, *args, **kwargs)
+
+    monkeypatch.setattr(jax, "device_put", counting_put)
+    leaves = len(jax.tree.leaves(nnx.state(pipe.transformer)))
     out = pipe(PROMPT, "", **SMALL)
     np.testing.assert_array_equal(out.frames, frames)
     assert during == [{"pinned_host"}] * 2 and on_device == [[], []]
@@ -181,7 +191,15 @@ def test_transformer_off_the_device_while_encoding_and_decoding(ckpt, frames, mo
     assert (
         "transformer in pinned_host memory while the prompt is encoded and the VAE decodes" in pipe.staging.describe()
     )
+    assert len(to_host) == leaves  # once, in the prompt's stage; the decode's reused it
     np.testing.assert_array_equal(pipe(PROMPT, "", **SMALL).frames, frames)
+    assert len(to_host) == leaves and during[2:] == [{"pinned_host"}] * 2 and on_device[2:] == [[], []]
+    # A weight replaced (as a LoRA fused replaces them): the next call copies the weights again.
+    state = nnx.state(pipe.transformer)
+    path, a = jax.tree_util.tree_leaves_with_path(state)[0]
+    nnx.update(pipe.transformer, jax.tree_util.tree_map_with_path(lambda p, x: x + 0 if p == path else x, state))
+    np.testing.assert_array_equal(pipe(PROMPT, "", **SMALL).frames, frames)
+    assert len(to_host) == 2 * leaves
 
 
 def test_staged_vae_image_to_video(tmp_path):

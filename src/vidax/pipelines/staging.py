@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import re
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -179,6 +180,9 @@ class Staging:
         self.staged = staged
         self.free_transformer = bool(free_transformer)
         self._modules: dict[str, nnx.Module] = {}
+        #: transformer name -> (its weights' host copy, weak references to the device arrays put
+        #: back from it): :meth:`off_device`'s copy kept between blocks.
+        self._host_copies: dict[str, tuple[Any, list]] = {}
 
     def is_staged(self, name: str) -> bool:
         return bool(self.staged.get(name))
@@ -229,7 +233,12 @@ class Staging:
         (name -> module: the transformers) wait in host memory when :attr:`free_transformer` (a
         no-op otherwise); on exit they are put back on the device. The module's device arrays are dropped, not
         deleted: their memory is freed when nothing else holds them (results of computations
-        dispatched before stay valid). Weights already in host memory (streamed blocks) stay."""
+        dispatched before stay valid). Weights already in host memory (streamed blocks) stay.
+
+        The host copy is kept from one block to the next (host memory the size of the weights,
+        which the blocks need anyway): while the module still holds the device arrays put back
+        from it, the next block only drops them, so a call copies the weights to the device twice
+        and to the host not at all; weights changed since (a LoRA fused) are copied again."""
         if not self.free_transformer or not modules:
             yield
             return
@@ -240,17 +249,34 @@ class Staging:
                 return a
             return jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(to)))
 
-        for module in modules.values():
-            host = jax.tree.map(lambda a: move(a, self.kind), nnx.state(module))
+        for name, module in modules.items():
+            host = self._kept_host_copy(name, module)
+            if host is None:
+                host = jax.tree.map(lambda a: move(a, self.kind), nnx.state(module))
+                # the copies done before anything else is allocated: the device buffers are freed when
+                # their last transfer ends, and a decode's first chunk would otherwise sit beside them
+                jax.block_until_ready(jax.tree.leaves(host))
             nnx.update(module, host)
-            # the copies done before anything else is allocated: the device buffers are freed
-            # when their last transfer ends, and a decode's first chunk would otherwise sit beside them
-            jax.block_until_ready(jax.tree.leaves(host))
         try:
             yield
         finally:
-            for module in modules.values():
-                nnx.update(module, jax.tree.map(lambda a: move(a, kind), nnx.state(module)))
+            for name, module in modules.items():
+                host = jax.tree.map(lambda a: a, nnx.state(module))  # a snapshot: nnx.state shares the Variables
+                device = jax.tree.map(lambda a: move(a, kind), host)
+                nnx.update(module, device)
+                refs = [weakref.ref(a) if isinstance(a, jax.Array) else None for a in jax.tree.leaves(device)]
+                self._host_copies[name] = (host, refs)
+
+    def _kept_host_copy(self, name: str, module: nnx.Module) -> Any:
+        """The host copy of ``module``'s weights kept by :meth:`off_device`, where the module still
+        holds the very arrays put back from it (None: none, or the weights changed since)."""
+        kept = self._host_copies.pop(name, None)
+        if kept is None:
+            return None
+        host, refs = kept
+        leaves = jax.tree.leaves(nnx.state(module))
+        same = len(leaves) == len(refs) and all(r is None or r() is a for r, a in zip(refs, leaves, strict=True))
+        return host if same else None
 
     def describe(self, layers: Mapping[str, int] | None = None) -> str:
         """One line: which components wait in host memory; ``layers``: a streamed text encoder's
