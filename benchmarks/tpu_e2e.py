@@ -168,6 +168,11 @@ def run(args, hard_stop: bool = False) -> dict:
 
         label, repo, line_call = next(line for line in LINES if line[0] == args.line)
         args.checkpoint = released_folder(repo, pathlib.Path(tempfile.mkdtemp(prefix="vidax-e2e-configs-")))
+    elif args.released:  # any released configuration of reference_configs/, at its own call defaults
+        from tests.test_device_plan_full_size import released_folder
+
+        repo = args.released
+        args.checkpoint = released_folder(repo, pathlib.Path(tempfile.mkdtemp(prefix="vidax-e2e-configs-")))
     if args.checkpoint:
         folder = args.checkpoint
         preset_name = preset_name or preset_of(Checkpoint.open(folder))
@@ -181,6 +186,7 @@ def run(args, hard_stop: bool = False) -> dict:
         components = {"transformer": preset.tiny, **preset.tiny_components}
         folder = scaled_folder(folder, components)
         call.update(preset.tiny_call)
+    call.update(args.call)
     for key, value in (
         ("height", args.height),
         ("width", args.width),
@@ -190,9 +196,10 @@ def run(args, hard_stop: bool = False) -> dict:
         if value is not None:
             call[key] = value
     row.update(
-        line=args.line or (preset.note if preset else os.path.basename(os.path.normpath(folder))),
+        line=args.line or args.released or (preset.note if preset else os.path.basename(os.path.normpath(folder))),
         model=preset_name,
-        checkpoint=repo if args.line else args.checkpoint or PRESETS[preset_name].folder,
+        checkpoint=repo if args.line or args.released else args.checkpoint or PRESETS[preset_name].folder,
+        call=dict(args.call) or None,
         tiny=args.tiny,
         dtype=args.dtype,
     )
@@ -366,6 +373,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def call_item(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of ``--call``: the keyword and its value (JSON where it parses, else the text)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (overlap_history=17)")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def main(argv: list[str] | None = None) -> dict | str:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, choices=sorted(PRESETS), help="a preset's reference folder")
@@ -375,6 +393,20 @@ def main(argv: list[str] | None = None) -> dict | str:
         default=None,
         choices=LINE_LABELS,
         help="a released line of tests/test_device_plan_full_size.LINES by its label",
+    )
+    p.add_argument(
+        "--released",
+        default=None,
+        help="a folder of the reference configs by its name (Skywork__SkyReels-V2-DF-1.3B-540P-Diffusers): "
+        "a released configuration outside --line's list, at its own call defaults",
+    )
+    p.add_argument(
+        "--call",
+        action="append",
+        default=[],
+        type=call_item,
+        metavar="KEY=VALUE",
+        help="a call keyword (repeatable; VALUE read as JSON, else text): overlap_history=17, ar_step=5",
     )
     p.add_argument("--prompt", default=PROMPT)
     p.add_argument("--height", type=int, default=None, help="pixels (default: the checkpoint's)")
@@ -406,8 +438,8 @@ def main(argv: list[str] | None = None) -> dict | str:
             text = table([json.loads(line) for line in f if line.strip()])
         print(text)
         return text
-    if sum(x is not None for x in (args.model, args.checkpoint, args.line)) != 1:
-        p.error("give one of --model, --checkpoint and --line")
+    if sum(x is not None for x in (args.model, args.checkpoint, args.line, args.released)) != 1:
+        p.error("give one of --model, --checkpoint, --line and --released")
     row = run(args, hard_stop=argv is None)
     return report(row, args.out)
 

@@ -11,6 +11,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 sys.path.insert(0, BENCHMARKS)
@@ -90,6 +91,14 @@ def test_tpu_e2e_row_of_a_refused_line_names_the_refusal(monkeypatch):
     assert "1.0 GiB" in row["refused"] and row["plan"].startswith("plan:") and "load_s" not in row
     assert row["size_HxWxF"] == [480, 832, 81] and row["default_steps"] == row["steps"] == 50
     assert tpu_e2e.table([row]).splitlines()[2].endswith(f"{row['refused']} |")
+    # Any released configuration (--released: issue 50's long video) with call keywords (--call):
+    # the plan of a 721-frame diffusion-forcing video is one chunk's (the same as 97 frames').
+    long = ["--released", "Skywork__SkyReels-V2-DF-1.3B-540P-Diffusers", "--call", "overlap_history=17"]
+    row = tpu_e2e.main([*long, "--frames", "721"])
+    assert row["size_HxWxF"] == [544, 960, 721] and row["call"] == {"overlap_history": 17} and row["refused"]
+    assert row["plan"] == tpu_e2e.main([*long, "--frames", "97"])["plan"]
+    with pytest.raises(SystemExit):
+        tpu_e2e.main([*long, "--call", "overlap history"])
 
 
 def test_tpu_e2e_stops_at_its_budget_and_still_reports(capsys):
