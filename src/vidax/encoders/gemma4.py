@@ -59,7 +59,7 @@ from vidax.encoders.decoder_lm import (
     decoder_lm_key_rules,
     init_decoder,
 )
-from vidax.encoders.decoder_lm_config import _META, DecoderLMConfig
+from vidax.encoders.decoder_lm_config import META_KEYS, DecoderLMConfig
 from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.kernels import from_stack_bits, xla_cpu_upcasts
@@ -167,7 +167,7 @@ class Gemma4TextConfig(DecoderLMConfig):
     producer.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = (_META - {"pad_token_id"}) | {
+    IGNORED: ClassVar[frozenset[str]] = (META_KEYS - {"pad_token_id"}) | {
         # applied to the LM head's logits only (not run here)
         "final_logit_softcapping",
         # generation settings
@@ -176,7 +176,7 @@ class Gemma4TextConfig(DecoderLMConfig):
     }
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"use_bidirectional_attention": ("vision", None)}
     #: Top-level keys of a Gemma4UnifiedForConditionalGeneration config.json beside text_config.
-    OUTER: ClassVar[frozenset[str]] = _META | {
+    OUTER: ClassVar[frozenset[str]] = META_KEYS | {
         "vision_config",
         "audio_config",
         "boi_token_id",
@@ -222,14 +222,7 @@ class Gemma4TextConfig(DecoderLMConfig):
         raw = dict(config)
         placeholders: tuple[int, ...] = ()
         if raw.get("model_type") == "gemma4_unified" or "text_config" in raw:
-            text = raw.get("text_config") or {}
-            if not isinstance(text, Mapping):
-                raise ConfigError(f"{source}: text_config={text!r} must be a JSON object.")
-            unknown = sorted(k for k in raw if k != "text_config" and not k.startswith("_") and k not in cls.OUTER)
-            if unknown:
-                raise ConfigError(
-                    f"{source}: unknown top-level settings {unknown} beside text_config for {cls.__name__}."
-                )
+            text = cls.outer_text_config(raw, source)
             # Gemma4UnifiedConfig's defaults for the placeholder ids.
             ids = {"image_token_id": 258_880, "video_token_id": 258_884, "audio_token_id": 258_881}
             placeholders = tuple(int(raw.get(k, v)) for k, v in ids.items() if raw.get(k, v) is not None)
