@@ -217,6 +217,10 @@ def check_positive_ints(source: str, config: Any, names: tuple[str, ...]) -> Non
             raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
 
 
+#: The sizes of a diffusers VAE config that are positive ints in every family that has them.
+VAE_SIZES = ("in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups")
+
+
 def check_vae_blocks(
     source: str, block_out_channels: Any, norm_num_groups: int, block_types: Mapping[str, tuple[Any, str]]
 ) -> None:
