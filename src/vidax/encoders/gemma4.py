@@ -58,10 +58,11 @@ from vidax.encoders.decoder_lm import (
     _rms_norm,
     decoder_lm_key_rules,
     init_decoder,
+    mask_segments,
 )
 from vidax.encoders.decoder_lm_config import META_KEYS, DecoderLMConfig
 from vidax.errors import ConfigError, InputError
-from vidax.nn.attention import SegmentIds, dot_product_attention
+from vidax.nn.attention import dot_product_attention
 from vidax.nn.kernels import from_stack_bits, xla_cpu_upcasts
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import apply_rope
@@ -469,8 +470,7 @@ class Gemma4TextEncoder(nnx.Module):
     with Gemma 4's layers.
     """
 
-    #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
+    #: Its stacked layers (as :attr:`DecoderLM.stacked_paths`): the groups.
     stacked_paths: ClassVar[tuple[str, ...]] = ("groups",)
 
     def __init__(
@@ -526,12 +526,7 @@ class Gemma4TextEncoder(nnx.Module):
         cfg = self.config
         h = self.embed(input_ids).astype(_F32)
         b, length = h.shape[:2]
-        segments = None
-        if attention_mask is not None:
-            mask = jnp.asarray(attention_mask)
-            if mask.shape != (b, length):
-                raise InputError(f"attention_mask must have shape (B, L) = {(b, length)}; got {mask.shape}.")
-            segments = SegmentIds(jnp.ones((b, length), jnp.int32), (mask != 0).astype(jnp.int32))
+        segments = mask_segments(attention_mask, (b, length))
         q = jnp.arange(length, dtype=jnp.int32)
         window = jnp.where((q[:, None] - q[None, :]) < cfg.sliding_window, 0.0, -jnp.inf).astype(_F32)[None, None]
         tables = {(t, k): cfg.rope_of(t).tables(length, k) for t, k in set(zip(cfg.layer_types, cfg.layer_head_dims))}
