@@ -499,7 +499,7 @@ def _hidden(model, ids, mask, output_layer: int | None, stack_axis: int):
     return model(ids, mask, output_layer=output_layer)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)  # one entry per encoder structure and output layer in use
 def _hidden_fn(graphdef, output_layer: int | None, masked: bool, stack_axis: int = 0):
     """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure; parameters are an
     argument (no closure holds them), so pipelines of one structure share the compiled function."""

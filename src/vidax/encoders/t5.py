@@ -493,7 +493,7 @@ def t5_key_rules(config: T5EncoderConfig, keys: Any = ()) -> KeyRules:
     return KeyRules(stacked=("encoder.block",), renames=tuple(renames), aliases=aliases)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)  # one entry per encoder structure and switches in use
 def _encode_fn(graphdef, attend_padding: bool, zero_padding: bool):
     """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure. Parameters are an
     argument (no closure holds them, so a staged encoder leaves the device); pipelines of one
