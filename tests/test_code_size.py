@@ -10,6 +10,7 @@ format`` puts one argument a line where a call does not fit): a logical line is 
 import ast
 import io
 import os
+import re
 import tokenize
 
 from tests.paths import REPO
@@ -265,4 +266,83 @@ def test_video_pipeline_methods_and_family_depth():
     assert (len(_methods(VideoPipeline)), depth) == (MAX_PIPELINE_METHODS, MAX_FAMILY_DEPTH), (
         f"now {len(_methods(VideoPipeline))} methods (target {PIPELINE_METHODS_TARGET}), depth {depth} "
         f"(target {FAMILY_DEPTH_TARGET}): lower the ceilings to what the code is"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 49's identical duplicated code (at most 12 pairs of places sharing 6 or more identical
+# lines, by a duplicate-code scan). The scan itself is too slow for the suite; this holds the count
+# with a simple detector of the same kind: lines normalised (white space folded; blank lines,
+# comments, lone punctuation and import statements left out), every window of 6 consecutive such
+# lines compared by its text, and each pair of files (or two places in one file) sharing a window
+# counted once. Its count is near the scan's, not equal (14 where the scan counted 12: the two
+# cut lines differently). Held as a ceiling at what the code is now, lowered as it falls (kept exact).
+
+DUPLICATE_WINDOW = 6
+#: A window standing in more places than this is boilerplate, not a pair (as the scan's limit).
+DUPLICATE_MAX_PLACES = 8
+IDENTICAL_PAIRS_TARGET, MAX_IDENTICAL_PAIRS = 12, 14
+_PUNCTUATION = frozenset("()[]{},:;")
+_IMPORT = re.compile(r"(from\s+[\w.]+\s+import|import\s+[\w.]+)\b")
+
+
+def _normalised_lines(source: str) -> list[str]:
+    """The lines of ``source`` that the duplicate measure compares, white space folded (an
+    import statement is passed over with its parenthesised continuation lines)."""
+    lines, in_import = [], False
+    for line in source.splitlines():
+        text = " ".join(line.split())
+        if in_import or _IMPORT.match(text):
+            in_import = (in_import or "(" in text) and ")" not in text
+            continue
+        if text and not text.startswith("#") and not set(text) <= _PUNCTUATION:
+            lines.append(text)
+    return lines
+
+
+def _identical_pairs(sources: dict[str, str]) -> set[tuple[str, str]]:
+    """The pairs ``(a, b)`` (``a <= b``; ``a == b``: two places of one file, not overlapping) of
+    ``sources`` (name -> text) sharing a window of :data:`DUPLICATE_WINDOW` identical normalised
+    lines that stands in at most :data:`DUPLICATE_MAX_PLACES` places."""
+    places: dict[tuple[str, ...], list[tuple[str, int]]] = {}
+    for name, source in sources.items():
+        lines = _normalised_lines(source)
+        for k in range(len(lines) - DUPLICATE_WINDOW + 1):
+            places.setdefault(tuple(lines[k : k + DUPLICATE_WINDOW]), []).append((name, k))
+    pairs = set()
+    for where in places.values():
+        if len(where) > DUPLICATE_MAX_PLACES:
+            continue
+        for i, (a, ka) in enumerate(where):
+            for b, kb in where[i + 1 :]:
+                if a != b or kb - ka >= DUPLICATE_WINDOW:
+                    pairs.add((min(a, b), max(a, b)))
+    return pairs
+
+
+def test_identical_duplicate_measure():
+    """The measure finds six identical lines in two files and in one, and passes over runs that
+    differ in a name, import statements, comments and lone punctuation."""
+    run = "".join(f"x{i} = f(a, {i})\n" for i in range(6))
+    renamed = run.replace("x3 =", "y3 =")
+    imports = "from m import (\n" + "".join(f"    n{i},\n" for i in range(6)) + ")\n"
+    noise = "# a comment\n(\n)\n"
+    sources = {
+        "a.py": imports + run,
+        "b.py": "z = 1\n" + run.replace("x2", "x2 ") + noise,
+        "c.py": run + noise + run,
+        "d.py": imports + renamed,
+    }
+    assert _identical_pairs(sources) == {("a.py", "b.py"), ("a.py", "c.py"), ("b.py", "c.py"), ("c.py", "c.py")}
+
+
+def test_identical_duplicated_pairs_at_their_ceiling():
+    """The pairs of places of ``src/vidax`` sharing six identical lines stay at their ceiling
+    (issue 49's target: 12); lower it to what the code is when a pair goes."""
+    sources = {os.path.relpath(p, SRC): _source(p) for p in _modules(SRC)}
+    pairs = _identical_pairs(sources)
+    assert len(sources) > 100
+    assert len(pairs) == MAX_IDENTICAL_PAIRS, (
+        f"now {len(pairs)} identical pairs (target {IDENTICAL_PAIRS_TARGET}): lower the ceiling to what the "
+        "code is" + "".join(f"\n  {a} ~ {b}" for a, b in sorted(pairs))
     )

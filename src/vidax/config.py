@@ -176,6 +176,33 @@ def _warn_ignored(config: Mapping[str, Any], ignored: Mapping[str, Any], source:
 _WARNED: set[tuple[str, str]] = set()
 
 
+#: Keys every transformers ``PretrainedConfig`` may write that do not change a text encoder's
+#: hidden states (metadata, tokenizer ids, output switches, training-only settings; the LM head,
+#: tied or not, is not run): the text encoders' configs ignore them.
+TRANSFORMERS_METADATA_KEYS = frozenset(
+    {
+        "architectures",
+        "dtype",
+        "torch_dtype",
+        "transformers_version",
+        "tokenizer_class",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "use_cache",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "chunk_size_feed_forward",
+        "gradient_checkpointing",
+        "tie_word_embeddings",
+    }
+)
+
+
 def is_positive_int(value: Any) -> bool:
     """An int >= 1 that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
@@ -188,6 +215,10 @@ def check_positive_ints(source: str, config: Any, names: tuple[str, ...]) -> Non
         value = getattr(config, name)
         if not is_positive_int(value):
             raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
+
+
+#: The sizes of a diffusers VAE config that are positive ints in every family that has them.
+VAE_SIZES = ("in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups")
 
 
 def check_vae_blocks(

@@ -17,7 +17,7 @@ checks they are current.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 #: diffusers class name -> the config keys its ``__init__`` takes (sorted, space-separated).
@@ -68,7 +68,7 @@ TRANSFORMERS_CONFIG_KEYS: dict[str, str] = {
 }
 
 
-@cache
+@lru_cache(maxsize=256)
 def diffusers_config_keys(class_name: str) -> frozenset[str] | None:
     """The config keys diffusers' ``class_name`` takes, or None for a class the table does not hold."""
     keys = DIFFUSERS_CONFIG_KEYS.get(class_name)

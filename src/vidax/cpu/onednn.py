@@ -282,7 +282,7 @@ def enabled(dtype: Any) -> bool:
     return available()
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)
 def _matmul(out_dtype: Any, transposed: bool = False) -> Callable[..., jax.Array]:
     """The custom call ``(x, w, index, bias) -> y`` (see ``onednn_matmul.cc``) with a result of
     ``out_dtype``, batched under ``vmap``: a mapped axis of ``x`` alone is one more leading (row)
@@ -321,7 +321,7 @@ def _batched_by_map(fn: Callable[..., jax.Array], rows_first: bool) -> Callable[
     return call
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)  # one entry per batched matmul shape in use
 def _batched(out_shape: tuple, out_dtype: Any, dims: tuple, strides: tuple) -> Callable[..., jax.Array]:
     """The batched custom call ``(a, b) -> y`` (``onednn_matmul.cc``: ``y = a @ b`` over (B, H)
     through the given element strides), batched under ``vmap`` by running it once per element."""
@@ -458,7 +458,7 @@ def to_kernel_layout(a: jax.Array) -> jax.Array | None:
     return jax.device_put(a, Format(Layout(major_to_minor=KERNEL_LAYOUT), a.sharding))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)
 def _swap_into_kernel_layout(sharding: jax.sharding.Sharding) -> Callable[[jax.Array], jax.Array]:
     return jax.jit(
         lambda a: jnp.swapaxes(a, 1, 2),

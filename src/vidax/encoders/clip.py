@@ -655,7 +655,7 @@ def tower_key_rules(keys: Any, prefix: str, top_level: tuple[str, ...]) -> KeyRu
     return KeyRules(stacked=("encoder.layers",), renames=renames)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)  # one entry per text-tower structure in use
 def _clip_text_fn(graphdef, use_mask: bool):
     """The jitted ``(params, ids, mask) -> (hidden, pooled)`` of one text-tower structure;
     parameters are an argument (no closure holds them), so equal structures share it."""

@@ -207,6 +207,22 @@ class DecoderLayer(nnx.Module):
         return h + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(h))).astype(h.dtype)
 
 
+def mask_segments(attention_mask: Any, shape: tuple[int, int]) -> SegmentIds | None:
+    """The segment ids of a decoder LM's ``attention_mask`` (``shape`` ``(B, L)``, nonzero for
+    real tokens; None: none): every query may attend every real key (causality limits it to
+    earlier ones).
+
+    Raises:
+        InputError: the mask's shape is not ``shape``.
+    """
+    if attention_mask is None:
+        return None
+    mask = jnp.asarray(attention_mask)
+    if mask.shape != tuple(shape):
+        raise InputError(f"attention_mask must have shape (B, L) = {tuple(shape)}; got {mask.shape}.")
+    return SegmentIds(jnp.ones(shape, jnp.int32), (mask != 0).astype(jnp.int32))
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class _Positions:
@@ -360,15 +376,8 @@ class DecoderLM(nnx.Module):
                 raise InputError(
                     f"inputs_embeds must be a (B, L, {d}) float array; got shape {h.shape}, dtype {h.dtype}."
                 )
-        b, length = h.shape[:2]
-        segments = None
-        if attention_mask is not None:
-            mask = jnp.asarray(attention_mask)
-            if mask.shape != (b, length):
-                raise InputError(f"attention_mask must have shape (B, L) = {(b, length)}; got {mask.shape}.")
-            # Every query may attend every real key (and causality limits it to earlier ones).
-            segments = SegmentIds(jnp.ones((b, length), jnp.int32), (mask != 0).astype(jnp.int32))
-        return h.astype(_F32), _Positions.build(self.config, length, segments)
+        length = h.shape[1]
+        return h.astype(_F32), _Positions.build(self.config, length, mask_segments(attention_mask, h.shape[:2]))
 
     def _run(self, h, pos: _Positions, num_layers: int, collect: bool):
         """The first ``num_layers`` layers on ``h``; with ``collect`` also every layer's output
@@ -490,7 +499,7 @@ def _hidden(model, ids, mask, output_layer: int | None, stack_axis: int):
     return model(ids, mask, output_layer=output_layer)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)  # one entry per encoder structure and output layer in use
 def _hidden_fn(graphdef, output_layer: int | None, masked: bool, stack_axis: int = 0):
     """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure; parameters are an
     argument (no closure holds them), so pipelines of one structure share the compiled function."""

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.config import ConfigBase
+from vidax.config import TRANSFORMERS_METADATA_KEYS, ConfigBase
 from vidax.errors import ConfigError
 from vidax.nn.rope import TextRope, rope_inv_freq
 
@@ -60,35 +60,14 @@ class AttentionKind:
 
 
 #: Keys of a transformers config.json that do not change a text encoder's hidden states.
-_META = frozenset(
-    {
-        "architectures",
-        "dtype",
-        "torch_dtype",
-        "transformers_version",
-        "model_type",
-        "pad_token_id",
-        "bos_token_id",
-        "eos_token_id",
-        "use_cache",
-        "output_attentions",
-        "output_hidden_states",
-        "return_dict",
-        "id2label",
-        "label2id",
-        "problem_type",
-        "tokenizer_class",
-        "chunk_size_feed_forward",
-        # training only (dropout is off at inference; init is overwritten by the checkpoint)
-        "initializer_range",
-        "attention_dropout",
-        "gradient_checkpointing",
-        # the LM head is not run (hidden states only), tied or not
-        "tie_word_embeddings",
-        # default RoPE does not depend on the context length it was trained for
-        "max_position_embeddings",
-    }
-)
+META_KEYS = TRANSFORMERS_METADATA_KEYS | {
+    "model_type",
+    # training only (dropout is off at inference; init is overwritten by the checkpoint)
+    "initializer_range",
+    "attention_dropout",
+    # default RoPE does not depend on the context length it was trained for
+    "max_position_embeddings",
+}
 
 
 # ----------------------------------------------------------------------------- config
@@ -159,6 +138,10 @@ class DecoderLMConfig(ConfigBase):
         mrope_section: Qwen2.5-VL: pairs of the head dim per M-RoPE stream (sum = K / 2).
     """
 
+    #: Top-level keys of a multimodal config.json beside its ``text_config`` (not read; the
+    #: Gemma configs name theirs): :meth:`outer_text_config`.
+    OUTER: ClassVar[frozenset[str]] = frozenset()
+
     model_type: str = "llama"
     vocab_size: int = 32000
     hidden_size: int = 4096
@@ -188,6 +171,23 @@ class DecoderLMConfig(ConfigBase):
             and self.num_attention_heads > 0
         ):
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+
+    @classmethod
+    def outer_text_config(cls, raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+        """The ``text_config`` of a multimodal model's config.json ``raw`` (``{}`` when absent),
+        beside which ``raw`` may hold only the keys of ``cls.OUTER`` and ``_``-prefixed ones
+        (the Gemma 3 / Gemma 4 ``*ForConditionalGeneration`` files).
+
+        Raises:
+            ConfigError: ``text_config`` is not a JSON object, or ``raw`` has another key.
+        """
+        text = raw.get("text_config") or {}
+        if not isinstance(text, Mapping):
+            raise ConfigError(f"{source}: text_config={text!r} must be a JSON object.")
+        unknown = sorted(k for k in raw if k != "text_config" and not k.startswith("_") and k not in cls.OUTER)
+        if unknown:
+            raise ConfigError(f"{source}: unknown top-level settings {unknown} beside text_config for {cls.__name__}.")
+        return text
 
     def validate(self, source: str) -> None:
         for name in (
@@ -287,7 +287,7 @@ class LlamaTextConfig(DecoderLMConfig):
     ``"default"``), activations other than silu, and a ``text_config`` that is not Llama.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = _META | {
+    IGNORED: ClassVar[frozenset[str]] = META_KEYS | {
         # transformers 4 split the projections' matmuls into pretraining_tp slices and summed
         # them (the same product up to summation order); transformers 5 no longer reads it.
         "pretraining_tp",
@@ -334,7 +334,7 @@ class Qwen25VLTextConfig(DecoderLMConfig):
     ``mrope_section`` whose sum is not K / 2.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = _META | {
+    IGNORED: ClassVar[frozenset[str]] = META_KEYS | {
         # used by the reference only when use_sliding_window is true (refused below)
         "sliding_window",
         "max_window_layers",

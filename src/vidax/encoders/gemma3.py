@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import jax
 
 from vidax.encoders.decoder_lm import DecoderLM, encode_hidden_states
-from vidax.encoders.decoder_lm_config import _META, AttentionKind, DecoderLMConfig
+from vidax.encoders.decoder_lm_config import META_KEYS, AttentionKind, DecoderLMConfig
 from vidax.encoders.tokenizer import TextTokenizer, Tokens, Truncation
 from vidax.errors import ConfigError
 
@@ -113,7 +113,7 @@ class Gemma3TextConfig(DecoderLMConfig):
     GELU-tanh, unknown layer types.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = _META | {
+    IGNORED: ClassVar[frozenset[str]] = META_KEYS | {
         # applied to the LM head's logits only (not run here)
         "final_logit_softcapping",
         # generation settings
@@ -126,7 +126,7 @@ class Gemma3TextConfig(DecoderLMConfig):
     }
     #: Top-level keys of a Gemma3ForConditionalGeneration config.json beside text_config: the
     #: image part's, not read (text only).
-    OUTER: ClassVar[frozenset[str]] = _META | {
+    OUTER: ClassVar[frozenset[str]] = META_KEYS | {
         "vision_config",
         "mm_tokens_per_image",
         "boi_token_index",
@@ -172,14 +172,7 @@ class Gemma3TextConfig(DecoderLMConfig):
     def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json"):
         raw = dict(config)
         if raw.get("model_type") == "gemma3" or "text_config" in raw:
-            text = raw.get("text_config") or {}
-            if not isinstance(text, Mapping):
-                raise ConfigError(f"{source}: text_config={text!r} must be a JSON object.")
-            unknown = sorted(k for k in raw if k != "text_config" and not k.startswith("_") and k not in cls.OUTER)
-            if unknown:
-                raise ConfigError(
-                    f"{source}: unknown top-level settings {unknown} beside text_config for {cls.__name__}."
-                )
+            text = cls.outer_text_config(raw, source)
             raw = {"model_type": "gemma3_text", **text}
             source = f"{source} (text_config)"
         if raw.get("model_type", "gemma3_text") != "gemma3_text":

@@ -58,10 +58,11 @@ from vidax.encoders.decoder_lm import (
     _rms_norm,
     decoder_lm_key_rules,
     init_decoder,
+    mask_segments,
 )
-from vidax.encoders.decoder_lm_config import _META, DecoderLMConfig
+from vidax.encoders.decoder_lm_config import META_KEYS, DecoderLMConfig
 from vidax.errors import ConfigError, InputError
-from vidax.nn.attention import SegmentIds, dot_product_attention
+from vidax.nn.attention import dot_product_attention
 from vidax.nn.kernels import from_stack_bits, xla_cpu_upcasts
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import apply_rope
@@ -167,7 +168,7 @@ class Gemma4TextConfig(DecoderLMConfig):
     producer.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = (_META - {"pad_token_id"}) | {
+    IGNORED: ClassVar[frozenset[str]] = (META_KEYS - {"pad_token_id"}) | {
         # applied to the LM head's logits only (not run here)
         "final_logit_softcapping",
         # generation settings
@@ -176,7 +177,7 @@ class Gemma4TextConfig(DecoderLMConfig):
     }
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"use_bidirectional_attention": ("vision", None)}
     #: Top-level keys of a Gemma4UnifiedForConditionalGeneration config.json beside text_config.
-    OUTER: ClassVar[frozenset[str]] = _META | {
+    OUTER: ClassVar[frozenset[str]] = META_KEYS | {
         "vision_config",
         "audio_config",
         "boi_token_id",
@@ -222,14 +223,7 @@ class Gemma4TextConfig(DecoderLMConfig):
         raw = dict(config)
         placeholders: tuple[int, ...] = ()
         if raw.get("model_type") == "gemma4_unified" or "text_config" in raw:
-            text = raw.get("text_config") or {}
-            if not isinstance(text, Mapping):
-                raise ConfigError(f"{source}: text_config={text!r} must be a JSON object.")
-            unknown = sorted(k for k in raw if k != "text_config" and not k.startswith("_") and k not in cls.OUTER)
-            if unknown:
-                raise ConfigError(
-                    f"{source}: unknown top-level settings {unknown} beside text_config for {cls.__name__}."
-                )
+            text = cls.outer_text_config(raw, source)
             # Gemma4UnifiedConfig's defaults for the placeholder ids.
             ids = {"image_token_id": 258_880, "video_token_id": 258_884, "audio_token_id": 258_881}
             placeholders = tuple(int(raw.get(k, v)) for k, v in ids.items() if raw.get(k, v) is not None)
@@ -476,8 +470,7 @@ class Gemma4TextEncoder(nnx.Module):
     with Gemma 4's layers.
     """
 
-    #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
+    #: Its stacked layers (as :attr:`DecoderLM.stacked_paths`): the groups.
     stacked_paths: ClassVar[tuple[str, ...]] = ("groups",)
 
     def __init__(
@@ -533,12 +526,7 @@ class Gemma4TextEncoder(nnx.Module):
         cfg = self.config
         h = self.embed(input_ids).astype(_F32)
         b, length = h.shape[:2]
-        segments = None
-        if attention_mask is not None:
-            mask = jnp.asarray(attention_mask)
-            if mask.shape != (b, length):
-                raise InputError(f"attention_mask must have shape (B, L) = {(b, length)}; got {mask.shape}.")
-            segments = SegmentIds(jnp.ones((b, length), jnp.int32), (mask != 0).astype(jnp.int32))
+        segments = mask_segments(attention_mask, (b, length))
         q = jnp.arange(length, dtype=jnp.int32)
         window = jnp.where((q[:, None] - q[None, :]) < cfg.sliding_window, 0.0, -jnp.inf).astype(_F32)[None, None]
         tables = {(t, k): cfg.rope_of(t).tables(length, k) for t, k in set(zip(cfg.layer_types, cfg.layer_head_dims))}

@@ -250,7 +250,7 @@ LLAVA_VISION = ComponentSpec(
 )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)  # one entry per vision-tower structure in use
 def _features_fn(graphdef):
     @jax.jit
     def features(params, pixels):
@@ -411,7 +411,7 @@ def load_llava_text_encoder(
     return PendingLoad(read)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)  # one entry per structure, output layer and image switch
 def _llava_text_fn(graphdef, output_layer: int, with_image: bool):
     @jax.jit
     def run(params, ids, mask, pixels):

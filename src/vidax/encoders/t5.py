@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.config import ConfigBase
+from vidax.config import TRANSFORMERS_METADATA_KEYS, ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.kernels import from_stack_bits, stack_bits_state
@@ -103,44 +103,23 @@ class T5EncoderConfig(ConfigBase):
         is_gated_act: gated FFN ``wo(act(wi_0 x) * wi_1 x)`` instead of ``wo(act(wi x))``.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {
-            # metadata, tokenizer and generation settings
-            "architectures",
-            "dtype",
-            "torch_dtype",
-            "transformers_version",
-            "tokenizer_class",
-            "pad_token_id",
-            "eos_token_id",
-            "bos_token_id",
-            "decoder_start_token_id",
-            "use_cache",
-            "output_past",
-            "task_specific_params",
-            "n_positions",
-            "output_attentions",
-            "output_hidden_states",
-            "return_dict",
-            "id2label",
-            "label2id",
-            "problem_type",
-            # training only (dropout is off at inference; init is overwritten by the checkpoint)
-            "dropout_rate",
-            "classifier_dropout",
-            "initializer_factor",
-            "gradient_checkpointing",
-            # decoder / seq2seq settings: the encoder does not read them
-            "is_encoder_decoder",
-            "num_decoder_layers",
-            "tie_word_embeddings",
-            "scale_decoder_outputs",
-            # stored by UMT5 configs, read by no transformers code path
-            "scalable_attention",
-            # T5 never chunks its feed-forward (no apply_chunking_to_forward)
-            "chunk_size_feed_forward",
-        }
-    )
+    IGNORED: ClassVar[frozenset[str]] = TRANSFORMERS_METADATA_KEYS | {
+        # generation settings
+        "decoder_start_token_id",
+        "output_past",
+        "task_specific_params",
+        "n_positions",
+        # training only (dropout is off at inference; init is overwritten by the checkpoint)
+        "dropout_rate",
+        "classifier_dropout",
+        "initializer_factor",
+        # decoder / seq2seq settings: the encoder does not read them
+        "is_encoder_decoder",
+        "num_decoder_layers",
+        "scale_decoder_outputs",
+        # stored by UMT5 configs, read by no transformers code path
+        "scalable_attention",
+    }
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         # True would make the "encoder" causal with unidirectional position buckets.
         "is_decoder": (False,),
@@ -514,7 +493,7 @@ def t5_key_rules(config: T5EncoderConfig, keys: Any = ()) -> KeyRules:
     return KeyRules(stacked=("encoder.block",), renames=tuple(renames), aliases=aliases)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)  # one entry per encoder structure and switches in use
 def _encode_fn(graphdef, attend_padding: bool, zero_padding: bool):
     """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure. Parameters are an
     argument (no closure holds them, so a staged encoder leaves the device); pipelines of one

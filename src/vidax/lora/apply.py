@@ -61,7 +61,7 @@ def _add_fn(buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
     return (buf.astype(jnp.float32) + _delta(buf.shape, kernel, lora, diffs)).astype(buf.dtype)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=32)  # one entry per update function and placement in use
 def _jitted(fn: Callable, out_sharding: Any) -> Callable:
     """``fn`` jitted with its first argument (the buffer) donated, its result placed as
     ``out_sharding`` (None: the default): a kernel stack in the CPU kernel layout keeps it, which

@@ -321,25 +321,16 @@ def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: s
     return STEP_BUFFERS * prompts * tokens * (4 * width + ffn) * 4 + attention
 
 
-def run_size_estimate(
-    size: ModelSize,
-    batch: int,
-    latent_elements: int,
-    num_frames: int,
-    height: int,
-    width: int,
-    videos: int | None = None,
-) -> str:
-    """One line of rough float32 numbers of a run, for the warning of a very large call: the
-    peak memory of :func:`run_memory_estimate` by part, and ``4 x batch x tokens^2 x D x
-    num_layers`` FLOPs of attention per step (QK^T and PV).
+def run_size_estimate(size: ModelSize, batch: int, estimate: MemoryEstimate) -> str:
+    """One line of rough float32 numbers of a run, for the warning of a very large call: its
+    peak memory by part (``estimate``, :func:`run_memory_estimate`'s), and ``4 x batch x
+    tokens^2 x D x num_layers`` FLOPs of attention per step (QK^T and PV).
 
-    Args: as :func:`run_memory_estimate`.
+    Args: ``size`` and ``batch`` as :func:`run_memory_estimate`'s.
     """
     flops = 4 * batch * size.tokens**2 * size.hidden_size * size.num_layers
-    est = run_memory_estimate(size, batch, latent_elements, num_frames, height, width, videos=videos)
     return (
-        f"{size.tokens} tokens per sample x batch {batch}: peak memory {est.describe()}, "
+        f"{size.tokens} tokens per sample x batch {batch}: peak memory {estimate.describe()}, "
         f"~{flops / 1e12:.0f} TFLOP of attention per step"
     )
 
@@ -429,6 +420,8 @@ class MemoryChecks:
         if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
             return
         batch = call.batch * (2 if call.do_cfg else 1)
+        elements = int(np.prod(cls.latent_shape(info, call)))
+        est = run_memory_estimate(size, batch, elements, call.num_frames, call.height, call.width, videos=call.batch)
         logger.warning(
             "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s",
             size_words(call),
@@ -436,15 +429,7 @@ class MemoryChecks:
             d.width,
             d.num_frames,
             size.tokens / base.tokens,
-            run_size_estimate(
-                size,
-                batch,
-                int(np.prod(cls.latent_shape(info, call))),
-                call.num_frames,
-                call.height,
-                call.width,
-                videos=call.batch,
-            ),
+            run_size_estimate(size, batch, est),
         )
 
     @classmethod

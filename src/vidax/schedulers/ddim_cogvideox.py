@@ -30,18 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.errors import Arg, ConfigError, InputError
-from vidax.schedulers.base import (
-    SchedulerBase,
-    SchedulerConfig,
-    StepIndexed,
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    is_int_at_least,
-    is_number,
-    register_state,
-    replicated_sharding,
-)
+from vidax.schedulers import base
+from vidax.schedulers.base import SchedulerBase, SchedulerConfig, StepIndexed
 
 _BETA_SCHEDULES = ("linear", "scaled_linear", "squaredcos_cap_v2")
 _PREDICTION_TYPES = ("epsilon", "sample", "v_prediction")
@@ -74,10 +64,10 @@ class CogVideoXSchedulerConfig(SchedulerConfig):
         def bad(key, want):
             raise ConfigError(f"{source}: {key}={getattr(self, key)!r} is not valid; {want}.")
 
-        if not is_int_at_least(self.num_train_timesteps, 1):
+        if not base.is_int_at_least(self.num_train_timesteps, 1):
             bad("num_train_timesteps", "it must be an int >= 1")
         for key in ("beta_start", "beta_end", "snr_shift_scale"):
-            if not is_number(getattr(self, key)):
+            if not base.is_number(getattr(self, key)):
                 bad(key, "it must be a number")
         if self.beta_schedule not in _BETA_SCHEDULES:
             bad("beta_schedule", f"valid: {list(_BETA_SCHEDULES)}")
@@ -85,14 +75,14 @@ class CogVideoXSchedulerConfig(SchedulerConfig):
             bad("prediction_type", f"valid: {list(_PREDICTION_TYPES)}")
         if self.timestep_spacing not in _SPACINGS:
             bad("timestep_spacing", f"valid: {list(_SPACINGS)}")
-        if not is_int_at_least(self.steps_offset, 0):
+        if not base.is_int_at_least(self.steps_offset, 0):
             bad("steps_offset", "it must be an int >= 0")
         for key in ("set_alpha_to_one", "rescale_betas_zero_snr"):
             if not isinstance(getattr(self, key), bool):
                 bad(key, "it must be true or false")
         tb = self.trained_betas
         if tb is not None and (
-            not isinstance(tb, tuple) or len(tb) != self.num_train_timesteps or not all(is_number(b) for b in tb)
+            not isinstance(tb, tuple) or len(tb) != self.num_train_timesteps or not all(base.is_number(b) for b in tb)
         ):
             bad("trained_betas", f"it must be null or {self.num_train_timesteps} numbers")
 
@@ -219,7 +209,7 @@ def pred_original_sample(prediction_type: str, sa, sb, sample: jax.Array, model_
     return model_output
 
 
-@register_state
+@base.register_state
 @dataclasses.dataclass(frozen=True)
 class CogVideoXDDIMState(StepIndexed):
     """Schedule and position of a CogVideoX DDIM run (a JAX pytree of arrays).
@@ -277,9 +267,9 @@ class CogVideoXDDIMScheduler(CogVideoXSchedulerBase):
         Raises:
             InputError: bad ``num_inference_steps`` (see :func:`schedule_timesteps`).
         """
-        n = check_num_inference_steps(num_inference_steps)
+        n = base.check_num_inference_steps(num_inference_steps)
         if sample_shape is not None:
-            check_sample_shape(sample_shape)
+            base.check_sample_shape(sample_shape)
         sch = Schedule.build(self.config, n)
         coef_sample, coef_x0 = [], []
         for a_t, a_prev in zip(sch.alpha, sch.alpha_prev):
@@ -297,7 +287,7 @@ class CogVideoXDDIMScheduler(CogVideoXSchedulerBase):
             step_index=jnp.zeros((), jnp.int32),
         )
         if sharding is not None:
-            state = jax.device_put(state, replicated_sharding(sharding))
+            state = jax.device_put(state, base.replicated_sharding(sharding))
         return state
 
     def step(
@@ -316,7 +306,7 @@ class CogVideoXDDIMScheduler(CogVideoXSchedulerBase):
         Raises:
             InputError: shapes differ or a dtype is not floating (at trace time).
         """
-        check_step_inputs(model_output, sample)
+        base.check_step_inputs(model_output, sample)
         i = state.step_index
         j = jnp.minimum(i, state.num_inference_steps - 1)
         x = sample.astype(jnp.float32)

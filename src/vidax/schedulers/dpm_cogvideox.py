@@ -33,17 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.errors import Arg, InputError
-from vidax.schedulers.base import (
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    register_state,
-    replicated_sharding,
-)
+from vidax.schedulers import base
 from vidax.schedulers.ddim_cogvideox import CogVideoXSchedulerBase, Schedule, StepIndexed, pred_original_sample
 
 
-@register_state
+@base.register_state
 @dataclasses.dataclass(frozen=True)
 class CogVideoXDPMState(StepIndexed):
     """Schedule, history and noise key of a CogVideoX DPM run (a JAX pytree of arrays).
@@ -104,13 +98,13 @@ class CogVideoXDPMScheduler(CogVideoXSchedulerBase):
         Raises:
             InputError: bad ``num_inference_steps`` or ``sample_shape``.
         """
-        n = check_num_inference_steps(num_inference_steps)
+        n = base.check_num_inference_steps(num_inference_steps)
         if sample_shape is None:
             raise InputError(
                 "sample_shape=None: CogVideoXDPMScheduler.set_timesteps needs the latent shape to size "
                 "its x0 history, e.g. set_timesteps(n, sample_shape=latents.shape)."
             )
-        shape = check_sample_shape(sample_shape)
+        shape = base.check_sample_shape(sample_shape)
         if seed is None:
             seed = int(np.random.SeedSequence().entropy % 2**31)
         sch = Schedule.build(self.config, n)
@@ -146,7 +140,7 @@ class CogVideoXDPMScheduler(CogVideoXSchedulerBase):
             step_index=jnp.zeros((), jnp.int32),
         )
         if sharding is not None:
-            tables = jax.device_put(tables, replicated_sharding(sharding))
+            tables = jax.device_put(tables, base.replicated_sharding(sharding))
             prev_x0 = jax.device_put(np.zeros(shape, np.float32), sharding)
         else:
             prev_x0 = jnp.zeros(shape, jnp.float32)
@@ -175,7 +169,7 @@ class CogVideoXDPMScheduler(CogVideoXSchedulerBase):
             InputError: shapes differ (from each other, the state's ``sample_shape`` or
                 ``noise``) or a dtype is not floating (at trace time).
         """
-        check_step_inputs(model_output, sample, state.prev_x0.shape)
+        base.check_step_inputs(model_output, sample, state.prev_x0.shape)
         i = state.step_index
         j = jnp.minimum(i, state.num_inference_steps - 1)
         if noise is None:

@@ -22,23 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.errors import Arg, ConfigError, InputError
-from vidax.schedulers.base import (
-    SchedulerBase,
-    SchedulerConfig,
-    StepIndexed,
-    calculate_shift,
-    check_mu,
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    is_int_at_least,
-    is_number,
-    register_state,
-    replicated_sharding,
-    shift_override,
-    shift_sigmas,
-    stretch_shift_to_terminal,
-)
+from vidax.schedulers import base
+from vidax.schedulers.base import SchedulerBase, SchedulerConfig, StepIndexed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,17 +57,17 @@ class FlowMatchEulerDiscreteSchedulerConfig(SchedulerConfig):
 
     def validate(self, source: str) -> None:
         n = self.num_train_timesteps
-        if not is_int_at_least(n, 1):
+        if not base.is_int_at_least(n, 1):
             raise ConfigError(f"{source}: num_train_timesteps={n!r}; it must be an int >= 1.")
-        if not (is_number(self.shift) and self.shift > 0):
+        if not (base.is_number(self.shift) and self.shift > 0):
             raise ConfigError(f"{source}: shift={self.shift!r}; it must be a number > 0.")
         if self.time_shift_type not in ("exponential", "linear"):
             raise ConfigError(f"{source}: time_shift_type={self.time_shift_type!r}; valid: 'exponential', 'linear'.")
-        if self.shift_terminal is not None and not (is_number(self.shift_terminal) and self.shift_terminal != 1):
+        if self.shift_terminal is not None and not (base.is_number(self.shift_terminal) and self.shift_terminal != 1):
             raise ConfigError(f"{source}: shift_terminal={self.shift_terminal!r}; it must be null or a number != 1.")
 
 
-@register_state
+@base.register_state
 @dataclasses.dataclass(frozen=True)
 class FlowMatchEulerState(StepIndexed):
     """Schedule and position of one Euler sampling run (a JAX pytree; all fields are arrays).
@@ -145,7 +130,7 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
                 f"calculate_shift needs base_shift and max_shift in the scheduler config; it has "
                 f"base_shift={c.base_shift!r}, max_shift={c.max_shift!r} (pass mu yourself)."
             )
-        return calculate_shift(image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift)
+        return base.calculate_shift(image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift)
 
     def largest_seq_len(self, num_inference_steps: int, sigmas: Any = None) -> int | None:
         """The largest ``image_seq_len`` whose dynamic shift (:meth:`calculate_shift`, which
@@ -242,10 +227,10 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
         """
         c = self.config
         if sample_shape is not None:
-            check_sample_shape(sample_shape)
+            base.check_sample_shape(sample_shape)
         n, sigmas, timesteps, custom = _custom_schedule(num_inference_steps, sigmas, timesteps)
-        mu = check_mu(mu, c.use_dynamic_shifting)
-        shift = shift_override("shift", shift, c.shift, c.use_dynamic_shifting)
+        mu = base.check_mu(mu, c.use_dynamic_shifting)
+        shift = base.shift_override("shift", shift, c.shift, c.use_dynamic_shifting)
         timesteps, sigmas = self._schedule(n, sigmas, timesteps, mu, shift)
         if not np.all(np.isfinite(sigmas)):
             raise InputError(
@@ -262,7 +247,7 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
             step_index=jnp.zeros((), jnp.int32),
         )
         if sharding is not None:
-            state = jax.device_put(state, replicated_sharding(sharding))
+            state = jax.device_put(state, base.replicated_sharding(sharding))
         return state
 
     def _schedule(self, n: int, sigmas: Any, timesteps: Any, mu: Any, shift: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -288,7 +273,7 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
         else:
             sigmas = np.array(sigmas).astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            sigmas = shift_sigmas(sigmas, shift, mu, c.time_shift_type, c.use_dynamic_shifting)
+            sigmas = base.shift_sigmas(sigmas, shift, mu, c.time_shift_type, c.use_dynamic_shifting)
             if c.shift_terminal:
                 if sigmas[-1] == 1:  # diffusers divides 0 by 0 here and returns NaN sigmas
                     raise InputError(
@@ -297,7 +282,7 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
                         f"{np.asarray(sigmas).tolist()} ends at 1 (e.g. one step of "
                         "linspace(1, 1/N, N)): use num_inference_steps >= 2 or sigmas ending below 1."
                     )
-                sigmas = stretch_shift_to_terminal(sigmas, c.shift_terminal)
+                sigmas = base.stretch_shift_to_terminal(sigmas, c.shift_terminal)
         sigmas = np.asarray(sigmas).astype(np.float32)
         if timesteps is None:
             timesteps = sigmas * np.float32(num_train)
@@ -337,7 +322,7 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
             InputError: shapes differ or a dtype is not floating, or ``per_token_timesteps``
                 has more dimensions than ``sample`` less one (checked at trace time).
         """
-        check_step_inputs(model_output, sample)
+        base.check_step_inputs(model_output, sample)
         i = state.step_index
         n = state.num_inference_steps
         x = sample.astype(jnp.float32)
@@ -392,10 +377,10 @@ def _custom_schedule(num_inference_steps: Any, sigmas: Any, timesteps: Any) -> t
         )
     if custom:
         name, values = next(iter(custom.items()))
-        if num_inference_steps is not None and check_num_inference_steps(num_inference_steps) != len(values):
+        if num_inference_steps is not None and base.check_num_inference_steps(num_inference_steps) != len(values):
             raise InputError(
                 f"num_inference_steps={num_inference_steps!r} but len({name})={len(values)}; "
                 "they must agree (or pass num_inference_steps=None)."
             )
         num_inference_steps = len(values)
-    return check_num_inference_steps(num_inference_steps), sigmas, timesteps, custom
+    return base.check_num_inference_steps(num_inference_steps), sigmas, timesteps, custom

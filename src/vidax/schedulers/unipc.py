@@ -40,22 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.errors import Arg, ConfigError, InputError
-from vidax.schedulers.base import (
-    SchedulerBase,
-    SchedulerConfig,
-    StepIndexed,
-    check_mu,
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    is_int_at_least,
-    is_number,
-    register_state,
-    replicated_sharding,
-    shift_override,
-    shift_sigmas,
-    stretch_shift_to_terminal,
-)
+from vidax.schedulers import base
+from vidax.schedulers.base import SchedulerBase, SchedulerConfig, StepIndexed
 
 _SOLVER_TYPE_ALIASES = ("midpoint", "heun", "logrho")  # diffusers rewrites these to "bh2"
 
@@ -125,7 +111,7 @@ class UniPCMultistepSchedulerConfig(SchedulerConfig):
             raise bad("use_karras_sigmas", "it must be true or false")
         for key in ("sigma_min", "sigma_max"):
             value = getattr(self, key)
-            if value is not None and not (is_number(value) and value > 0):
+            if value is not None and not (base.is_number(value) and value > 0):
                 raise bad(key, "it must be null or a number > 0")
         if self.use_karras_sigmas:
             if self.sigma_min is None or self.sigma_max is None:
@@ -136,13 +122,13 @@ class UniPCMultistepSchedulerConfig(SchedulerConfig):
                 )
             if not self.sigma_max > self.sigma_min:
                 raise bad("sigma_max", f"it must be greater than sigma_min={self.sigma_min!r}")
-        if not is_int_at_least(self.num_train_timesteps, 1):
+        if not base.is_int_at_least(self.num_train_timesteps, 1):
             raise bad("num_train_timesteps", "it must be an int >= 1")
-        if not is_int_at_least(self.solver_order, 1):
+        if not base.is_int_at_least(self.solver_order, 1):
             raise bad("solver_order", "it must be an int >= 1")
         if self.solver_type not in ("bh1", "bh2") + _SOLVER_TYPE_ALIASES:
             raise bad("solver_type", "valid: 'bh1', 'bh2' (and 'midpoint'/'heun'/'logrho', read as 'bh2')")
-        if not (is_number(self.flow_shift) and self.flow_shift > 0):
+        if not (base.is_number(self.flow_shift) and self.flow_shift > 0):
             raise bad("flow_shift", "it must be a number > 0")
         if self.final_sigmas_type not in ("zero", "sigma_min"):
             raise bad("final_sigmas_type", "valid: 'zero', 'sigma_min'")
@@ -151,7 +137,7 @@ class UniPCMultistepSchedulerConfig(SchedulerConfig):
         steps = self.disable_corrector
         if not isinstance(steps, tuple) or not all(isinstance(i, int) and not isinstance(i, bool) for i in steps):
             raise bad("disable_corrector", "it must be a list of step indices (ints)")
-        if self.shift_terminal is not None and not (is_number(self.shift_terminal) and self.shift_terminal != 1):
+        if self.shift_terminal is not None and not (base.is_number(self.shift_terminal) and self.shift_terminal != 1):
             raise bad("shift_terminal", "it must be null or a number != 1")
         if self.final_sigmas_type == "zero" and self.solver_type == "bh1":
             raise ConfigError(
@@ -174,7 +160,7 @@ class UniPCMultistepSchedulerConfig(SchedulerConfig):
         return self.solver_type == "bh1"
 
 
-@register_state
+@base.register_state
 @dataclasses.dataclass(frozen=True)
 class UniPCCoefficients:
     """Per-step scalars of one UniP (predictor) or UniC (corrector) update; row i is step i.
@@ -205,7 +191,7 @@ class UniPCCoefficients:
     rho_t: jax.Array
 
 
-@register_state
+@base.register_state
 @dataclasses.dataclass(frozen=True)
 class UniPCState(StepIndexed):
     """Schedule, precomputed coefficients and multistep history of one UniPC run (a JAX pytree).
@@ -265,8 +251,8 @@ class UniPCMultistepScheduler(SchedulerBase):
         See :meth:`set_timesteps` for the arguments and errors.
         """
         c = self.config
-        n = check_num_inference_steps(num_inference_steps)
-        mu = check_mu(mu, c.use_dynamic_shifting)
+        n = base.check_num_inference_steps(num_inference_steps)
+        mu = base.check_mu(mu, c.use_dynamic_shifting)
         if base_sigmas is not None:
             base_sigmas = np.asarray(base_sigmas, np.float64)
             if base_sigmas.shape != (n,):
@@ -274,7 +260,7 @@ class UniPCMultistepScheduler(SchedulerBase):
                     f"base_sigmas has shape {base_sigmas.shape}; expected ({n},) for num_inference_steps={n}"
                 )
         given_shift = flow_shift is not None
-        flow_shift = shift_override("flow_shift", flow_shift, c.flow_shift, c.use_dynamic_shifting)
+        flow_shift = base.shift_override("flow_shift", flow_shift, c.flow_shift, c.use_dynamic_shifting)
 
         num_train = c.num_train_timesteps
         if c.use_karras_sigmas:
@@ -294,9 +280,9 @@ class UniPCMultistepScheduler(SchedulerBase):
             # diffusers UniPCMultistepScheduler.set_timesteps, use_flow_sigmas branch (float64 numpy).
             sigmas = np.linspace(1, 1 / num_train, n + 1)[:-1] if base_sigmas is None else base_sigmas
             with np.errstate(divide="ignore", invalid="ignore"):
-                sigmas = shift_sigmas(sigmas, flow_shift, mu, c.time_shift_type, c.use_dynamic_shifting)
+                sigmas = base.shift_sigmas(sigmas, flow_shift, mu, c.time_shift_type, c.use_dynamic_shifting)
                 if c.shift_terminal:
-                    sigmas = stretch_shift_to_terminal(sigmas, c.shift_terminal)
+                    sigmas = base.stretch_shift_to_terminal(sigmas, c.shift_terminal)
             sigmas = np.array(sigmas, dtype=np.float64)
             eps = 1e-6
             if np.fabs(sigmas[0] - 1) < eps:
@@ -356,7 +342,7 @@ class UniPCMultistepScheduler(SchedulerBase):
                 "sample_shape=None: UniPCMultistepScheduler.set_timesteps needs the latent shape "
                 "to size its multistep history, e.g. set_timesteps(n, sample_shape=latents.shape)."
             )
-        shape = check_sample_shape(sample_shape)
+        shape = base.check_sample_shape(sample_shape)
         timesteps, sigmas = self.flow_sigmas(num_inference_steps, flow_shift=flow_shift, mu=mu, base_sigmas=base_sigmas)
         predictor, corrector = _coefficient_tables(sigmas, self.config)
 
@@ -373,7 +359,7 @@ class UniPCMultistepScheduler(SchedulerBase):
             step_index=jnp.zeros((), jnp.int32),
         )
         if sharding is not None:
-            tables = jax.device_put(tables, replicated_sharding(sharding))
+            tables = jax.device_put(tables, base.replicated_sharding(sharding))
         return UniPCState(
             model_outputs=tuple(zeros() for _ in range(self.config.solver_order)),
             last_sample=zeros(),
@@ -400,7 +386,7 @@ class UniPCMultistepScheduler(SchedulerBase):
             InputError: shapes differ from each other or from ``sample_shape``, or a dtype is not
                 floating (checked at trace time).
         """
-        check_step_inputs(model_output, sample, state.last_sample.shape)
+        base.check_step_inputs(model_output, sample, state.last_sample.shape)
         f32 = jnp.float32
         i = state.step_index
         n = state.num_inference_steps

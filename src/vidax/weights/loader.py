@@ -280,21 +280,9 @@ def load_module(
     if missing or unexpected or misshaped or duplicated:
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
     graphdef, abstract, kept, indices = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
+    checked = _CheckedPlan(plan, stacks, scales, kept, indices)
     read = PendingLoad(
-        lambda: _read_module(
-            reader,
-            graphdef,
-            abstract,
-            stacks,
-            plan,
-            policy,
-            placement,
-            place_stacked,
-            scales,
-            kept,
-            indices,
-            rules.stacked,
-        ),
+        lambda: _read_module(reader, graphdef, abstract, checked, policy, placement, place_stacked, rules.stacked),
         abstract,
     )
     return read if defer else read.read()
@@ -402,22 +390,25 @@ def host_reasons(host: dict[str, str]) -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _CheckedPlan:
+    """What :func:`load_module` checked before reading: the tensors of each parameter (``plan``),
+    the stacked parameters' layer axes (``stacks``), the quantization scales' paths (``scales``),
+    the GGUF stacks kept packed (``kept``) and the values of parameters no tensor holds
+    (``indices``: a kept GGUF stack's per-layer type index)."""
+
+    plan: dict
+    stacks: dict
+    scales: Any = frozenset()
+    kept: Any = frozenset()
+    indices: dict | None = None
+
+
 def _read_module(
-    reader,
-    graphdef,
-    abstract,
-    stacks,
-    plan,
-    policy,
-    placement,
-    place_stacked,
-    scales=frozenset(),
-    kept=frozenset(),
-    indices=None,
-    stack_names=(),
+    reader, graphdef, abstract, checked: _CheckedPlan, policy, placement, place_stacked, stack_names=()
 ) -> nnx.Module:
-    """Read and place every tensor of a checked plan (see :func:`load_module`); ``indices``:
-    the values of parameters no tensor holds (a kept GGUF stack's per-layer type index)."""
+    """Read and place every tensor of a checked plan (see :func:`load_module`)."""
+    plan, stacks, scales, kept, indices = checked.plan, checked.stacks, checked.scales, checked.kept, checked.indices
     from vidax.nn.quant import scale_sharding
 
     if placement is None:

@@ -12,6 +12,7 @@ from vidax.checkpoint import TASK_NAMES, CallDefaults, Checkpoint, CheckpointInf
 from vidax.config import (
     ACTIVATIONS,
     FFN_ACTIVATIONS,
+    VAE_SIZES,
     ConfigBase,
     TransformerConfig,
     check_positive_ints,
@@ -316,11 +317,7 @@ class CogVideoXVAEConfig(ConfigBase):
             source,
             self,
             (
-                "in_channels",
-                "out_channels",
-                "latent_channels",
-                "layers_per_block",
-                "norm_num_groups",
+                *VAE_SIZES,
                 "sample_height",
                 "sample_width",
             ),

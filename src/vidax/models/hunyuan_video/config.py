@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
-from vidax.config import ACTIVATIONS, ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
+from vidax.config import (
+    ACTIVATIONS,
+    VAE_SIZES,
+    ConfigBase,
+    TransformerConfig,
+    check_positive_ints,
+    check_vae_blocks,
+)
 from vidax.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------
@@ -50,10 +57,23 @@ class HunyuanBlocksConfig(TransformerConfig):
         """``(p_t, p, p)``."""
         return (self.patch_size_t, self.patch_size, self.patch_size)
 
-    def check_blocks(self, source: str) -> None:
-        """Raise ConfigError (:meth:`invalid`) on a bad ``mlp_ratio``, ``qk_norm``, ``rope_theta``
-        or ``rope_axes_dim``."""
+    #: The sizes both transformer configs have, each a positive int (``out_channels``: or null).
+    BLOCK_SIZES: ClassVar[tuple[str, ...]] = (
+        "in_channels",
+        "num_attention_heads",
+        "attention_head_dim",
+        "num_layers",
+        "num_refiner_layers",
+        "patch_size",
+        "patch_size_t",
+        "text_embed_dim",
+    )
 
+    def check_blocks(self, source: str, sizes: tuple[str, ...] = ()) -> None:
+        """Raise ConfigError (:meth:`invalid`) on a size of :attr:`BLOCK_SIZES` and ``sizes`` (the
+        config's own) that is not a positive int, then on a bad ``mlp_ratio``, ``qk_norm``,
+        ``rope_theta`` or ``rope_axes_dim``."""
+        self.check_positive(source, (*self.BLOCK_SIZES, *sizes), nullable=("out_channels",))
         if not isinstance(self.mlp_ratio, (int, float)) or isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0:
             self.invalid(source, "mlp_ratio", self.mlp_ratio, "expected a positive number")
         if self.qk_norm not in QK_NORMS:
@@ -139,23 +159,7 @@ class HunyuanVideoTransformerConfig(HunyuanBlocksConfig):
         return self.image_condition_type == "token_replace"
 
     def validate(self, source: str) -> None:
-        self.check_positive(
-            source,
-            (
-                "in_channels",
-                "num_attention_heads",
-                "attention_head_dim",
-                "num_layers",
-                "num_single_layers",
-                "num_refiner_layers",
-                "patch_size",
-                "patch_size_t",
-                "text_embed_dim",
-                "pooled_projection_dim",
-            ),
-            nullable=("out_channels",),
-        )
-        self.check_blocks(source)
+        self.check_blocks(source, ("num_single_layers", "pooled_projection_dim"))
         if not isinstance(self.guidance_embeds, bool):
             self.invalid(source, "guidance_embeds", self.guidance_embeds, "expected true or false")
         if self.image_condition_type not in IMAGE_CONDITION_TYPES:
@@ -171,8 +175,24 @@ class HunyuanVideoTransformerConfig(HunyuanBlocksConfig):
 # VAE
 
 
+class CompressionRatios:
+    """``spatial_compression`` / ``temporal_compression`` of a VAE config that stores them as the
+    reference's ``spatial_compression_ratio`` / ``temporal_compression_ratio`` (the HunyuanVideo
+    1.0 and 1.5 VAEs)."""
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent pixel along H and W (``spatial_compression_ratio``)."""
+        return self.spatial_compression_ratio
+
+    @property
+    def temporal_compression(self) -> int:
+        """Frames per latent frame after the first (``temporal_compression_ratio``)."""
+        return self.temporal_compression_ratio
+
+
 @dataclasses.dataclass(frozen=True)
-class HunyuanVideoVAEConfig(ConfigBase):
+class HunyuanVideoVAEConfig(CompressionRatios, ConfigBase):
     """Settings of ``diffusers.AutoencoderKLHunyuanVideo`` (its ``vae/config.json``).
 
     Attributes:
@@ -210,16 +230,6 @@ class HunyuanVideoVAEConfig(ConfigBase):
     mid_block_add_attention: bool = True
     act_fn: str = "silu"
 
-    @property
-    def spatial_compression(self) -> int:
-        """Pixels per latent pixel along H and W (``spatial_compression_ratio``)."""
-        return self.spatial_compression_ratio
-
-    @property
-    def temporal_compression(self) -> int:
-        """Frames per latent frame after the first (``temporal_compression_ratio``)."""
-        return self.temporal_compression_ratio
-
     def resampling(self) -> tuple[tuple[bool, bool], ...]:
         """Per encoder block ``(space, time)``: whether its down-sampler halves H/W, T.
 
@@ -236,11 +246,7 @@ class HunyuanVideoVAEConfig(ConfigBase):
             source,
             self,
             (
-                "in_channels",
-                "out_channels",
-                "latent_channels",
-                "layers_per_block",
-                "norm_num_groups",
+                *VAE_SIZES,
                 "spatial_compression_ratio",
                 "temporal_compression_ratio",
             ),

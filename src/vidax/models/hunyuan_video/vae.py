@@ -110,30 +110,14 @@ class HunyuanVideoTiling:
     tile_sample_stride_num_frames: int = 12
 
     @classmethod
-    def enabled(
-        cls,
-        tile_sample_min_height: int | None = None,
-        tile_sample_min_width: int | None = None,
-        tile_sample_min_num_frames: int | None = None,
-        tile_sample_stride_height: int | None = None,
-        tile_sample_stride_width: int | None = None,
-        tile_sample_stride_num_frames: int | None = None,
-        **switches: bool,
-    ) -> HunyuanVideoTiling:
-        """The state after the reference's ``vae.enable_tiling(...)`` with these arguments: spatial
-        tiling on, a ``None`` (or 0) size keeps the default (the reference's ``x or default``).
-        ``switches``: ``use_framewise_encoding`` / ``use_framewise_decoding`` overrides."""
+    def enabled(cls, **given: int | bool | None) -> HunyuanVideoTiling:
+        """The state after the reference's ``vae.enable_tiling(**given)``: spatial tiling on; each
+        size given (a ``tile_sample_*`` field) replaces the default unless it is None or 0 (the
+        reference's ``x or default``); ``use_framewise_encoding`` / ``use_framewise_decoding``
+        are set as given. TypeError on a name that is not a field."""
         base = cls()
-        sizes = dict(
-            tile_sample_min_height=tile_sample_min_height,
-            tile_sample_min_width=tile_sample_min_width,
-            tile_sample_min_num_frames=tile_sample_min_num_frames,
-            tile_sample_stride_height=tile_sample_stride_height,
-            tile_sample_stride_width=tile_sample_stride_width,
-            tile_sample_stride_num_frames=tile_sample_stride_num_frames,
-        )
-        kw = {k: v or getattr(base, k) for k, v in sizes.items()}
-        return cls(use_tiling=True, **kw, **switches)
+        kw = {k: v if k.startswith("use_") or v else getattr(base, k, v) for k, v in given.items()}
+        return dataclasses.replace(base, use_tiling=True, **kw)
 
     def check(self, spatial: int, temporal: int) -> None:
         """Raise InputError unless every size is a positive integer, every stride at most its tile,
@@ -306,40 +290,40 @@ class HunyuanVideoUpsampleCausal3D(nnx.Module):
         return self.conv(x)
 
 
-class HunyuanVideoDownBlock3D(nnx.Module):
-    """``num_layers`` resnets then an optional down-sampler (``downsamplers.0``)."""
+class _HunyuanVideoBlock3D(nnx.Module):
+    """``num_layers`` resnets then an optional resampler (``SAMPLER``), held in a one-entry list
+    named ``SAMPLERS`` as the reference's."""
 
-    def __init__(self, in_channels: int, out_channels: int, num_layers: int, groups: int,
-                 stride: tuple[int, int, int] | None, *, act: str = "silu", dtype, param_dtype,
-                 rngs: nnx.Rngs):  # fmt: skip
-        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.resnets = _resnets(in_channels, out_channels, num_layers, groups, act, kw)
-        self.downsamplers = (
-            nnx.List([HunyuanVideoDownsampleCausal3D(out_channels, stride, **kw)]) if stride is not None else None
-        )
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        for resnet in self.resnets:
-            x = resnet(x)
-        return self.downsamplers[0](x) if self.downsamplers is not None else x
-
-
-class HunyuanVideoUpBlock3D(nnx.Module):
-    """``num_layers`` resnets then an optional up-sampler (``upsamplers.0``)."""
+    SAMPLERS: str
+    SAMPLER: type
 
     def __init__(self, in_channels: int, out_channels: int, num_layers: int, groups: int,
                  factor: tuple[int, int, int] | None, *, act: str = "silu", dtype, param_dtype,
                  rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.resnets = _resnets(in_channels, out_channels, num_layers, groups, act, kw)
-        self.upsamplers = (
-            nnx.List([HunyuanVideoUpsampleCausal3D(out_channels, factor, **kw)]) if factor is not None else None
-        )
+        samplers = nnx.List([self.SAMPLER(out_channels, factor, **kw)]) if factor is not None else None
+        setattr(self, self.SAMPLERS, samplers)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         for resnet in self.resnets:
             x = resnet(x)
-        return self.upsamplers[0](x) if self.upsamplers is not None else x
+        samplers = getattr(self, self.SAMPLERS)
+        return samplers[0](x) if samplers is not None else x
+
+
+class HunyuanVideoDownBlock3D(_HunyuanVideoBlock3D):
+    """``num_layers`` resnets then an optional down-sampler (``downsamplers.0``, by ``stride``)."""
+
+    SAMPLERS = "downsamplers"
+    SAMPLER = HunyuanVideoDownsampleCausal3D
+
+
+class HunyuanVideoUpBlock3D(_HunyuanVideoBlock3D):
+    """``num_layers`` resnets then an optional up-sampler (``upsamplers.0``, by ``factor``)."""
+
+    SAMPLERS = "upsamplers"
+    SAMPLER = HunyuanVideoUpsampleCausal3D
 
 
 def _resnets(in_channels: int, out_channels: int, num_layers: int, groups: int, act: str, kw: dict) -> nnx.List:
@@ -456,6 +440,45 @@ class ScaledLatentsVAE(TiledVAE, nnx.Module):
         """``decode_tile(z)`` jitted (traced once per input shape), on the host."""
         return self._run(_decode_tile, z)
 
+    def encode(self, video, *, tiling=None) -> tuple[np.ndarray, np.ndarray]:
+        """Encode a video to the posterior's ``(mean, logvar)`` (the reference's ``encode``).
+
+        Args:
+            video: ``(B, F, H, W, C_in)`` float in ``[-1, 1]`` (numpy or jax).
+            tiling: the VAE's ``TILING`` dataclass; default :attr:`tiling` (at first the
+                reference's state).
+
+        Returns:
+            ``(mean, logvar)``, each ``(B, T, h, w, C_z)`` float32 numpy (the sizes: the VAE's
+            docstring), ``logvar`` clamped to ``[-30, 20]`` as ``DiagonalGaussianDistribution``.
+            Unscaled: see :meth:`normalize_latents`.
+
+        Raises:
+            InputError: ``video`` is not 5-D floating point with ``in_channels`` channels on the
+                last axis; a bad ``tiling``.
+        """
+        check_video_array("video", video, self.config.in_channels, "in_channels")
+        return posterior(self._moments(video, self._tiling(tiling)))
+
+    def decode(self, z, *, tiling=None) -> np.ndarray:
+        """Decode latents to video (the reference's ``decode(z).sample``): the chunks of
+        ``iter_decode`` concatenated.
+
+        Args:
+            z: unscaled latents ``(B, T, h, w, C_z)`` (the pipelines pass
+                ``latents / scaling_factor``, :meth:`denormalize_latents`), numpy or jax.
+            tiling: the VAE's ``TILING`` dataclass; default :attr:`tiling`.
+
+        Returns:
+            ``(B, F, H, W, C_out)`` float32 numpy (the sizes: the VAE's docstring), not clamped
+            (the pipelines post-process with ``clip(x / 2 + 0.5, 0, 1)``).
+
+        Raises:
+            InputError: ``z`` is not 5-D floating point with ``latent_channels`` channels on the
+                last axis; a bad ``tiling``.
+        """
+        return np.concatenate(list(self.iter_decode(z, tiling=tiling)), axis=1)
+
     def normalize_latents(self, z) -> jax.Array:
         """Posterior latents -> the transformer's: ``z * scaling_factor`` in float32 (the I2V
         pipelines' ``image_latents * scaling_factor``)."""
@@ -481,7 +504,12 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
     :meth:`encode` / :meth:`decode` / :meth:`iter_decode` take host or device arrays and return
     host (numpy) float32 arrays; tiling per :class:`HunyuanVideoTiling` (default: :attr:`tiling`,
     the reference's state, set by ``enable_tiling(...)`` / ``disable_tiling()`` /
-    ``use_framewise_decoding``).
+    ``use_framewise_decoding``: framewise windows above 16 frames / 4 latent frames, windows of 5
+    latent frames every 3, no spatial tiles).
+
+    Sizes (released configs): a video of ``F = 4 k + 1`` frames (any ``F`` runs, as in the
+    reference) ``H x W`` encodes to ``(B, (F - 1) // 4 + 1, ceil(H / 8), ceil(W / 8), C_z)``;
+    latents ``(B, T, h, w, C_z)`` decode to ``(B, 4 (T - 1) + 1, 8 h, 8 w, C_out)``.
     """
 
     TILING = HunyuanVideoTiling
@@ -620,28 +648,6 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
 
     # -- the public API --------------------------------------------------------------------------
 
-    def encode(self, video, *, tiling: HunyuanVideoTiling | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Encode a video to the posterior's ``(mean, logvar)`` (``AutoencoderKLHunyuanVideo.encode``).
-
-        Args:
-            video: ``(B, F, H, W, C_in)`` float in ``[-1, 1]`` (numpy or jax); the released
-                configs take ``F = 4 k + 1`` (any ``F`` runs as in the reference).
-            tiling: :class:`HunyuanVideoTiling`; default :attr:`tiling` (at first the reference's state: framewise
-                windows above 16 frames, no spatial tiles).
-
-        Returns:
-            ``(mean, logvar)``, each ``(B, (F - 1) // 4 + 1, ceil(H / 8), ceil(W / 8), C_z)``
-            float32 numpy (released configs), ``logvar`` clamped to ``[-30, 20]`` as
-            ``DiagonalGaussianDistribution``. Unscaled: see :meth:`normalize_latents`.
-
-        Raises:
-            InputError: ``video`` is not 5-D floating point with ``in_channels`` channels on the
-                last axis; a bad ``tiling``.
-        """
-        check_video_array("video", video, self.config.in_channels, "in_channels")
-        h = self._moments(video, self._tiling(tiling))
-        return posterior(h)
-
     def iter_decode(self, z, *, tiling: HunyuanVideoTiling | None = None) -> Iterator[np.ndarray]:
         """:meth:`decode` window after window (:meth:`decode_windows`), each chunk of frames
         final (blended with the previous window) and on the host as soon as it is decoded.
@@ -676,25 +682,6 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
                 yield np.array(keep)
 
         return chunks()
-
-    def decode(self, z, *, tiling: HunyuanVideoTiling | None = None) -> np.ndarray:
-        """Decode latents to video, following ``AutoencoderKLHunyuanVideo.decode(z).sample``.
-
-        Args:
-            z: unscaled latents ``(B, T, h, w, C_z)`` (the pipelines pass
-                ``latents / scaling_factor``, :meth:`denormalize_latents`), numpy or jax.
-            tiling: :class:`HunyuanVideoTiling`; default :attr:`tiling` (at first the reference's state: framewise
-                windows of 5 latent frames every 3 above 4 latent frames, no spatial tiles).
-
-        Returns:
-            ``(B, 4 (T - 1) + 1, 8 h, 8 w, C_out)`` float32 numpy (released configs), not
-            clamped (the pipelines post-process with ``clip(x / 2 + 0.5, 0, 1)``).
-
-        Raises:
-            InputError: ``z`` is not 5-D floating point with ``latent_channels`` channels on the
-                last axis; a bad ``tiling``.
-        """
-        return np.concatenate(list(self.iter_decode(z, tiling=tiling)), axis=1)
 
     # -- the VAE contract (vidax.pipelines.contracts.VAE; the compression factors are the config's)
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.config import ConfigBase, is_positive_int
 from vidax.errors import ConfigError
-from vidax.models.hunyuan_video.config import HunyuanBlocksConfig
+from vidax.models.hunyuan_video.config import CompressionRatios, HunyuanBlocksConfig
 
 # ---------------------------------------------------------------------------------------------
 # The transformer (``transformer/config.json``)
@@ -80,24 +80,7 @@ class HunyuanVideo15TransformerConfig(HunyuanBlocksConfig):
     use_meanflow: bool = False
 
     def validate(self, source: str) -> None:
-        self.check_positive(
-            source,
-            (
-                "in_channels",
-                "num_attention_heads",
-                "attention_head_dim",
-                "num_layers",
-                "num_refiner_layers",
-                "patch_size",
-                "patch_size_t",
-                "text_embed_dim",
-                "text_embed_2_dim",
-                "image_embed_dim",
-                "target_size",
-            ),
-            nullable=("out_channels",),
-        )
-        self.check_blocks(source)
+        self.check_blocks(source, ("text_embed_2_dim", "image_embed_dim", "target_size"))
         if self.qk_norm is None:
             self.invalid(
                 source,
@@ -116,7 +99,7 @@ class HunyuanVideo15TransformerConfig(HunyuanBlocksConfig):
 
 
 @dataclasses.dataclass(frozen=True)
-class HunyuanVideo15VAEConfig(ConfigBase):
+class HunyuanVideo15VAEConfig(CompressionRatios, ConfigBase):
     """Settings of ``diffusers.AutoencoderKLHunyuanVideo15`` (0.42.1), with its defaults (every
     released ``vae/config.json`` is these defaults).
 
@@ -154,16 +137,6 @@ class HunyuanVideo15VAEConfig(ConfigBase):
     downsample_match_channel: bool = True
     upsample_match_channel: bool = True
     scaling_factor: float = 1.03682
-
-    @property
-    def spatial_compression(self) -> int:
-        """Pixels per latent pixel along H and W (``spatial_compression_ratio``)."""
-        return self.spatial_compression_ratio
-
-    @property
-    def temporal_compression(self) -> int:
-        """Frames per latent frame after the first (``temporal_compression_ratio``)."""
-        return self.temporal_compression_ratio
 
     def down_blocks(self) -> tuple[tuple[int, int, int | None, bool], ...]:
         """Per encoder block ``(in, out, downsample_out or None, temporal)``, as

@@ -64,7 +64,7 @@ from flax import nnx
 
 from vidax.config import is_positive_int
 from vidax.errors import InputError
-from vidax.models.hunyuan_video.vae import HunyuanVideoCausalConv3d, ScaledLatentsVAE, frame_causal_attention, posterior
+from vidax.models.hunyuan_video.vae import HunyuanVideoCausalConv3d, ScaledLatentsVAE, frame_causal_attention
 from vidax.models.hunyuan_video15.config import HunyuanVideo15VAEConfig
 from vidax.models.wan.vae import WanRMS_norm
 from vidax.nn.inputs import check_video_array
@@ -389,21 +389,19 @@ class HunyuanVideo15Decoder3D(nnx.Module):
 class HunyuanVideo15VAE(ScaledLatentsVAE):
     """The HunyuanVideo 1.5 video VAE (``diffusers.AutoencoderKLHunyuanVideo15``), channels last.
 
-    Args:
-        config: the VAE's :class:`HunyuanVideo15VAEConfig`.
-        dtype: compute dtype (``float32`` or ``bfloat16``).
-        param_dtype: storage dtype used when building (the loader's policy decides on load).
-        attention: implementation of the mid blocks' attention
-            (:func:`vidax.nn.attention.dot_product_attention`; ``"auto"`` picks by size).
-        rngs: initialiser keys (values are replaced when loading a checkpoint).
-
-    :meth:`encode` / :meth:`decode` / :meth:`iter_decode` take host or device arrays and return
-    host (numpy) float32 arrays; tiling per :class:`HunyuanVideo15Tiling` (default: the
+    The arguments are :class:`~vidax.models.hunyuan_video.vae.HunyuanVideoVAE`'s (``config``: the
+    VAE's :class:`HunyuanVideo15VAEConfig`). :meth:`encode` / :meth:`decode` /
+    :meth:`iter_decode` take host or device arrays and return host (numpy) float32 arrays; tiling per :class:`HunyuanVideo15Tiling` (default: the
     reference's, off). ``scaling_factor``, ``normalize_latents`` (``z * scaling_factor``) and
     ``denormalize_latents`` (``z / scaling_factor``) are :class:`ScaledLatentsVAE`'s; the tile
     functions' traces count in :data:`vidax.models.hunyuan_video.vae.TRACE_COUNTS`. Tiling:
     ``enable_tiling(...)`` / ``disable_tiling()`` / ``use_tiling`` set :attr:`tiling` (spatial
     only, as the reference: the whole clip decodes at once in each tile).
+
+    Sizes (released config): a video of ``F = 4 k + 1`` frames ``H x W`` (multiples of 16; the I2V
+    pipeline encodes one frame) encodes to ``(B, (F - 1) // 4 + 1, H / 16, W / 16, C_z)`` (tiled:
+    the concatenated kept pieces, as the reference); latents ``(B, T, h, w, C_z)`` decode to
+    ``(B, 4 (T - 1) + 1, 16 h, 16 w, C_out)``.
     """
 
     TILING = HunyuanVideo15Tiling
@@ -512,29 +510,6 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
 
     # -- the public API --------------------------------------------------------------------------
 
-    def encode(self, video, *, tiling: HunyuanVideo15Tiling | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Encode a video to the posterior's ``(mean, logvar)`` (``AutoencoderKLHunyuanVideo15.encode``).
-
-        Args:
-            video: ``(B, F, H, W, C_in)`` float in ``[-1, 1]`` (numpy or jax); the released config
-                takes ``F = 4 k + 1`` and ``H``, ``W`` multiples of 16 (the I2V pipeline encodes
-                one frame).
-            tiling: :class:`HunyuanVideo15Tiling`; default :attr:`tiling` (at first the reference's state, no tiles).
-
-        Returns:
-            ``(mean, logvar)``, each ``(B, (F - 1) // 4 + 1, H / 16, W / 16, C_z)`` float32 numpy
-            (released config; tiled, the concatenated kept pieces as the reference), ``logvar``
-            clamped to ``[-30, 20]`` as ``DiagonalGaussianDistribution``. Unscaled: see
-            :meth:`normalize_latents`.
-
-        Raises:
-            InputError: ``video`` is not 5-D floating point with ``in_channels`` channels on the
-                last axis; a bad ``tiling``.
-        """
-        check_video_array("video", video, self.config.in_channels, "in_channels")
-        h = self._moments(video, self._tiling(tiling))
-        return posterior(h)
-
     def iter_decode(self, z, *, tiling: HunyuanVideo15Tiling | None = None) -> Iterator[np.ndarray]:
         """:meth:`decode` as the pipelines' chunk iterator: one chunk (the whole clip; the
         reference has no temporal tiling), on the host as soon as it is decoded. Validates ``z``
@@ -546,24 +521,6 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
             yield self._decode(z, tl)
 
         return chunks()
-
-    def decode(self, z, *, tiling: HunyuanVideo15Tiling | None = None) -> np.ndarray:
-        """Decode latents to video, following ``AutoencoderKLHunyuanVideo15.decode(z).sample``.
-
-        Args:
-            z: unscaled latents ``(B, T, h, w, C_z)`` (the pipelines pass
-                ``latents / scaling_factor``, :meth:`denormalize_latents`), numpy or jax.
-            tiling: :class:`HunyuanVideo15Tiling`; default :attr:`tiling` (at first the reference's state, no tiles).
-
-        Returns:
-            ``(B, 4 (T - 1) + 1, 16 h, 16 w, C_out)`` float32 numpy (released config), not
-            clamped (the pipelines post-process with ``clip(x / 2 + 0.5, 0, 1)``).
-
-        Raises:
-            InputError: ``z`` is not 5-D floating point with ``latent_channels`` channels on the
-                last axis; a bad ``tiling``.
-        """
-        return np.concatenate(list(self.iter_decode(z, tiling=tiling)), axis=1)
 
     # -- the VAE contract (vidax.pipelines.contracts.VAE; the compression factors are the config's)
 

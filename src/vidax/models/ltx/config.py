@@ -18,6 +18,18 @@ from vidax.errors import ConfigError
 # The transformer (``transformer/config.json``)
 
 
+#: The positive sizes of the video tokens' patching and attention, named as the LTX-Video and
+#: LTX-2 transformers' configs both name them (each config checks them with its own others).
+LTX_VIDEO_TOKEN_SIZES = (
+    "in_channels",
+    "patch_size",
+    "patch_size_t",
+    "num_attention_heads",
+    "attention_head_dim",
+    "cross_attention_dim",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class LTXTransformerConfig(TransformerConfig):
     """Settings of ``diffusers.LTXVideoTransformer3DModel`` (diffusers 0.42.1
@@ -69,16 +81,7 @@ class LTXTransformerConfig(TransformerConfig):
     def validate(self, source: str) -> None:
         self.check_positive(
             source,
-            (
-                "in_channels",
-                "patch_size",
-                "patch_size_t",
-                "num_attention_heads",
-                "attention_head_dim",
-                "cross_attention_dim",
-                "num_layers",
-                "caption_channels",
-            ),
+            (*LTX_VIDEO_TOKEN_SIZES, "num_layers", "caption_channels"),
             nullable=("out_channels",),
         )
         if self.activation_fn not in FFN_ACTIVATIONS:

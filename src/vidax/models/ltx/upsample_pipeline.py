@@ -76,6 +76,19 @@ class UpsampleCall:
 SHARED = options_by_name(SHARED_OPTIONS)
 
 
+#: The keywords of an LTX latent-upsample call after its input (the video or latents and its
+#: size): the decode's and the output's, in the order of the LTX-Video and LTX-2 pipelines.
+UPSAMPLE_DECODE_ARGS = (
+    "decode_timestep",
+    "decode_noise_scale",
+    "adain_factor",
+    "tone_map_compression_ratio",
+    "seed",
+    "output_type",
+    "progress",
+)
+
+
 class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
     """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: the latents (or the video's
     VAE latents) upsampled by the latent upsampler, AdaIN-matched to the input
@@ -132,19 +145,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
 
     #: The keywords ``__call__`` takes (those of :meth:`check_upsample_call`): not the shared
     #: denoising ones (prompt, steps, guidance, ...), which this pipeline has no use for.
-    upsample_call_args = (
-        "video",
-        "height",
-        "width",
-        "latents",
-        "decode_timestep",
-        "decode_noise_scale",
-        "adain_factor",
-        "tone_map_compression_ratio",
-        "seed",
-        "output_type",
-        "progress",
-    )
+    upsample_call_args = ("video", "height", "width", "latents", *UPSAMPLE_DECODE_ARGS)
 
     @classmethod
     def call_args(cls) -> tuple[str, ...]:

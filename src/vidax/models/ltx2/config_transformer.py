@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from vidax.config import FFN_ACTIVATIONS, ConfigBase, TransformerConfig
+from vidax.models.ltx.config import LTX_VIDEO_TOKEN_SIZES
 
 #: RoPE pair layouts: the reference's name -> :func:`vidax.nn.rope.apply_rope` layout.
 LTX2_ROPE_TYPES = {"interleaved": "interleaved", "split": "rotate_half"}
@@ -139,12 +140,7 @@ class LTX2TransformerConfig(TransformerConfig):
         self.check_positive(
             source,
             (
-                "in_channels",
-                "patch_size",
-                "patch_size_t",
-                "num_attention_heads",
-                "attention_head_dim",
-                "cross_attention_dim",
+                *LTX_VIDEO_TOKEN_SIZES,
                 "pos_embed_max_pos",
                 "base_height",
                 "base_width",

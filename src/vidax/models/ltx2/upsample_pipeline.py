@@ -35,7 +35,7 @@ import numpy as np
 from vidax.checkpoint import CallDefaults, Checkpoint
 from vidax.errors import Arg, InputError
 from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
-from vidax.models.ltx.upsample_pipeline import LTXLatentUpsamplePipeline, UpsampleCall
+from vidax.models.ltx.upsample_pipeline import UPSAMPLE_DECODE_ARGS, LTXLatentUpsamplePipeline, UpsampleCall
 from vidax.models.ltx2.config import LTX2LatentUpsamplerConfig, LTX2VideoVAEConfig
 from vidax.pipelines.base import finite_array
 from vidax.pipelines.common import VideoPipelineOutput
@@ -78,13 +78,7 @@ class LTX2LatentUpsamplePipeline(LTXLatentUpsamplePipeline):
         "temporal_patch_size",
         "latents",
         "latents_normalized",
-        "decode_timestep",
-        "decode_noise_scale",
-        "adain_factor",
-        "tone_map_compression_ratio",
-        "seed",
-        "output_type",
-        "progress",
+        *UPSAMPLE_DECODE_ARGS,
     )
 
     @classmethod

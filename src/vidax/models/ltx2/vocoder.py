@@ -232,6 +232,14 @@ class ResBlock(nnx.Module):
         return x
 
 
+def _vocode(model: nnx.Module, mel) -> jax.Array:
+    """A vocoder of this module (its ``__call__``) run jitted on ``mel``, checked as its input
+    (:func:`_mel_features`) and cast to its compute dtype."""
+    x = _mel_features(mel, model.config.in_channels, "mel").astype(model.dtype)
+    graphdef, state = nnx.split(model)
+    return _run_fn(graphdef, state, x)
+
+
 def _mel_features(mel, features: int, name: str) -> jax.Array:
     """Mel ``(B, C, frames, M)`` with ``C * M == features`` -> channels last ``(B, frames, C M)``.
 
@@ -320,9 +328,7 @@ class LTX2Vocoder(nnx.Module):
         Raises:
             InputError: ``mel`` of another shape or not floating point.
         """
-        x = _mel_features(mel, self.config.in_channels, "mel").astype(self.dtype)
-        graphdef, state = nnx.split(self)
-        return _run_fn(graphdef, state, x)
+        return _vocode(self, mel)
 
 
 class CausalSTFT(nnx.Module):
@@ -408,9 +414,7 @@ class LTX2VocoderWithBWE(nnx.Module):
         Raises:
             InputError: ``mel`` of another shape or not floating point.
         """
-        x = _mel_features(mel, self.config.in_channels, "mel").astype(self.dtype)
-        graphdef, state = nnx.split(self)
-        return _run_fn(graphdef, state, x)
+        return _vocode(self, mel)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
