@@ -640,6 +640,14 @@ WAN_TINY_COMPONENTS = {
 }
 #: LTX-2's VAE compresses 32x in space and 8x in time: a larger tiny video for enough tokens.
 LTX2_TINY_CALL = {"height": 256, "width": 384, "num_frames": 17, "max_sequence_length": 32}
+#: The tiny LTX-2 video VAE: the released structure (compression, padding, up-samplers) narrow and
+#: one resnet a block; 128 latent channels, as the transformer's.
+LTX2_TINY_VAE = {
+    "block_out_channels": [8, 8, 8, 8],
+    "decoder_block_out_channels": [16, 32, 64],
+    "layers_per_block": [1, 1, 1, 1, 1],
+    "decoder_layers_per_block": [1, 1, 1, 1],
+}
 
 
 #: The tiny Cosmos 3 transformer both Cosmos 3 presets run with --tiny.
@@ -722,6 +730,7 @@ PRESETS: dict[str, Preset] = {
         },
         LTX2_TINY_CALL,
         note="LTX-2 (19B) video + audio, the default guidance passes in one batch, flow-match Euler",
+        tiny_components={"vae": LTX2_TINY_VAE},
     ),
     "cosmos3-nano": Preset(
         "nvidia__Cosmos3-Nano",

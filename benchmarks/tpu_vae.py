@@ -1,18 +1,21 @@
 """A family's VAE decode at its reference size on one accelerator: cold (compiles) and warm.
 
-The VAE of the model's ``reference_configs/`` folder (``tpu_models.PRESETS``), random weights
+The VAE of the model's ``reference_configs/`` folder (``tpu_models.PRESETS`` and :data:`VAE_ONLY`:
+CogVideoX, whose step has no preset), random weights
 made on the host, float32 by default (as every pipeline runs it, whatever the transformer's
 dtype), decoding the latents of the checkpoint's default video through the pipeline's own
 decode (``VideoPipeline.decode``: de-normalisation, the family's decode input, its chunks one by
 one, each moved to the host). Reported: the first decode's seconds (compiles included), the
-number of XLA compilations and how many came from the persistent compile cache, then the best
-of ``--repeats`` warm decodes and the peak HBM.
+number of XLA compilations (``programs``: per jitted function, the VAE's decode program among
+them) and how many came from the persistent compile cache, then the best of ``--repeats`` warm
+decodes and the peak HBM.
 
 Run it twice with the same ``--cache-dir``: the second process reads the compiled programs back
 from the persistent cache (``vidax.compile_cache``) instead of compiling.
 
     python benchmarks/tpu_vae.py --model wan-1.3b --cache-dir /tmp/vidax-cc   # cold, then again: cached
     python benchmarks/tpu_vae.py --model ltx2 --tiling                        # tiled decode
+    python benchmarks/tpu_vae.py --model cogvideox-5b                         # 480x720x49
     python benchmarks/tpu_vae.py --model hunyuan15-480p --tiny                # smoke (any backend)
 """
 
@@ -27,13 +30,42 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tpu_common import device_summary, peak_hbm_gib, report  # noqa: E402
-from tpu_models import PRESETS, PROMPT, build_vae, configs_only  # noqa: E402
+from tpu_models import PRESETS, PROMPT, TINY_CALL, build_vae, configs_only  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class VAEModel:
+    """A model whose VAE this script times.
+
+    Attributes:
+        folder: its ``reference_configs/`` folder.
+        tiny_vae: config keys of the tiny VAE (``--tiny``); None: the real one.
+        tiny_call: call keywords of ``--tiny`` (a small video).
+    """
+
+    folder: str
+    tiny_vae: dict | None
+    tiny_call: dict
+
+
+#: Models timed here that have no step preset in ``tpu_models.PRESETS``.
+VAE_ONLY = {
+    "cogvideox-5b": VAEModel(
+        "THUDM__CogVideoX-5b",
+        {"block_out_channels": [32, 32, 32, 32], "layers_per_block": 1, "norm_num_groups": 8},
+        TINY_CALL,
+    ),
+}
+MODELS = {
+    **{name: VAEModel(p.folder, p.tiny_components.get("vae"), p.tiny_call) for name, p in PRESETS.items()},
+    **VAE_ONLY,
+}
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run with ``argv`` (None: the command line); print and return the row."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="wan-1.3b", choices=sorted(PRESETS))
+    p.add_argument("--model", default="wan-1.3b", choices=sorted(MODELS))
     p.add_argument("--height", type=int, default=None, help="pixels (default: the checkpoint's)")
     p.add_argument("--width", type=int, default=None, help="pixels (default: the checkpoint's)")
     p.add_argument("--frames", type=int, default=None, help="video frames (default: the checkpoint's)")
@@ -71,10 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
     from vidax.compile_cache import count_compiles
     from vidax.stats import RunStats
 
-    preset = PRESETS[args.model]
+    model = MODELS[args.model]
     cls, info = configs_only(
-        preset.folder,
-        components={"vae": preset.tiny_components["vae"]} if args.tiny and "vae" in preset.tiny_components else None,
+        model.folder, components={"vae": model.tiny_vae} if args.tiny and model.tiny_vae is not None else None
     )
     dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[args.dtype]
     vae = build_vae(info, dtype)
@@ -82,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
         vae.enable_tiled_decode()
     pipe = cls(info, {"vae": vae, "scheduler": cls.load_component(info, "scheduler")}, dtype=jnp.bfloat16)
     pipe.matmul_precision = args.matmul_precision  # given: the decode runs at it (not the bf16 run's VAE default)
-    call = dict(preset.tiny_call if args.tiny else {}, num_inference_steps=2)  # LTX-2 refuses one step
+    call = dict(model.tiny_call if args.tiny else {}, num_inference_steps=2)  # LTX-2 refuses one step
     call.pop("max_sequence_length", None)
     call.update(
         {
@@ -115,6 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
         row.update(
             cold_s=round(time.perf_counter() - t0, 1),
             compiles=counts.compiled,
+            programs=dict(counts.programs),
             from_cache=counts.from_cache,
             chunks=int(vae.decode_chunks(vae.denormalize_latents(z))),
         )

@@ -59,6 +59,18 @@ def test_tpu_vae_decodes_a_tiny_video():
     assert row["finite"] and row["frames"][:2] == [1, 5] and row["compiles"] > 0
 
 
+def test_tpu_vae_times_ltx2_and_cogvideox():
+    """LTX-2's tiled decode (5 latent frames in temporal tiles of 3, the last ones padded): one
+    decode program; CogVideoX, a VAE-only model of the script (3 latent frames: its first chunk
+    alone)."""
+    row = tpu_vae.main(["--model", "ltx2", "--tiny", "--tiling", "--repeats", "1", "--height", "64",
+                        "--width", "96", "--frames", "33"])  # fmt: skip
+    assert row["finite"] and row["frames"][:2] == [1, 33] and row["chunks"] == 4
+    assert row["programs"]["jit(_decode_fn)"] == 1, row["programs"]
+    row = tpu_vae.main(["--model", "cogvideox-5b", "--tiny", "--repeats", "1", *SMALL[:4], "--frames", "9"])
+    assert row["vae"] == "AutoencoderKLCogVideoX" and row["finite"] and row["frames"][:2] == [1, 9]
+
+
 def test_tpu_attention_runs_vidax_attention():
     rows = tpu_attention.main(["--tiny"])
     assert [r["setting"] for r in rows] == ["vidax:xla", "vidax:blockwise"]

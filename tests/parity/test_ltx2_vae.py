@@ -31,6 +31,7 @@ from tests.parity.helpers import (  # noqa: E402
     randomize_torch_module,
     standard_normal,
 )
+from vidax.compile_cache import count_compiles  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.ltx2.config import LTX2VideoVAEConfig  # noqa: E402
 from vidax.models.ltx2.video_vae import LTXTiling  # noqa: E402
@@ -139,20 +140,38 @@ def test_decode_matches_reference(released):
 
 def test_temporal_tiled_decode_matches_reference(released):
     """4 latent frames in temporal tiles of 2 (+1) every 1, blended as the reference's
-    ``_temporal_tiled_decode`` (its ``use_framewise_decoding``)."""
+    ``_temporal_tiled_decode`` (its ``use_framewise_decoding``); the last tile (2 latent frames)
+    padded to 3 at its end, the copies of its last frame that the non-causal decoder pads with
+    reproduced: one compiled program."""
     ref, vae = released
     z = standard_normal((1, 4, 2, 3, 6), 2)
     want = _ref_decode(ref, z, tiled=True)
     vae.enable_tiling(**TILES)  # the switches of the reference (--vae-tiling's enable_tiled_decode)
     vae.use_framewise_decoding = True
     try:
-        got = vae.decode(z)
+        with count_compiles() as counts:
+            got = vae.decode(z)
+        assert counts.programs["jit(_decode_fn)"] == 1, counts.programs
     finally:
         vae.disable_tiling()
         vae.use_framewise_decoding = False
     assert vae.tiling == LTXTiling(spatial=False, temporal=False, **TILES)
     _close(got, want)
     assert max_rel_err(got, vae.decode(z)) > 1e-3  # the tiles and blends do change the result
+
+
+def test_tiled_decode_compiles_one_program(released):
+    """4 x 4 latents in tiles of 3 x 3 every 2 (tiles of 3 or 2 rows and columns): every tile
+    padded to 3 x 3 and decoded by one compiled program, the reflection padding of each real tile
+    reproduced, as the reference's (temporal tiles: the test above)."""
+    ref, vae = released
+    z = standard_normal((1, 2, 4, 4, 6), 7)  # a shape no other test uses
+    want = _ref_decode(ref, z, tiled=True)
+    tiling = LTXTiling(spatial=True, temporal=True, **TILES)
+    with count_compiles() as counts:
+        got = vae.decode(z, tiling=tiling)
+    assert counts.programs["jit(_decode_fn)"] == 1, counts.programs
+    _close(got, want)
 
 
 def test_reflection_padding_needs_two_latents_per_tile(released):

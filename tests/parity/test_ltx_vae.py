@@ -49,6 +49,7 @@ from tests.parity.helpers import (  # noqa: E402
     randomize_torch_module,
     reference_decoder,
 )
+from vidax.compile_cache import count_compiles  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.ltx import vae as ltx_vae  # noqa: E402
 from vidax.models.ltx.config import LTXVAEConfig  # noqa: E402
@@ -301,6 +302,30 @@ def test_noise_injection_uses_the_key(v091):
     np.testing.assert_array_equal(a, vae.decode(z, TIMESTEP, noise_key=jax.random.key(1)))
     assert max_rel_err(a, vae.decode(z, TIMESTEP, noise_key=jax.random.key(2))) > 1e-3
     assert max_rel_err(a, quiet) > 1e-3
+
+
+def test_tiled_decode_compiles_one_program(v091):
+    """3 latent frames of 3 x 2 in tiles of 2 x 2 every 1 and of 3 frames every 1: tiles of 3 or 2
+    frames and of 2 or 1 rows / columns, every one padded to 3 x 2 x 2 and decoded by one compiled
+    program. With noise injected (non-zero scales) an edge tile decoded padded equals the tile
+    decoded alone, noise draws included (the draws are the real tile's)."""
+    _, path, _ = v091
+    vae = load_component("AutoencoderKLLTXVideo", path)
+    for path_, var in nnx.to_flat_state(nnx.state(vae, nnx.Param)):
+        if "per_channel_scale" in str(path_[-1]):
+            var.set_value(jnp.full(var.get_value().shape, 0.3, jnp.float32))
+    z = _latents((2, 3, 3, 2, 5), 20)  # a shape no other test uses
+    tiling = LTXTiling(spatial=True, temporal=True, **TILES)
+    with count_compiles() as counts:
+        got = vae.decode(z, TIMESTEP, tiling=tiling, noise_key=jax.random.key(3))
+    assert counts.programs["jit(_decode_fn)"] == 1, counts.programs
+    assert got.shape == (2, 9, 24, 16, 3) and np.isfinite(got).all()
+    temb, key = jnp.asarray(TIMESTEP), jax.random.key(4)
+    edge = z[:, 1:3, 2:3, 1:2]  # 2 frames, 1 row, 1 column: padded by a frame, a row and a column
+    padded = vae._decode_run(temb, key, (3, 2, 2))(edge)
+    alone = vae._decode_run(temb, key, None)(edge)
+    assert padded.shape == alone.shape == (2, 5, 8, 8, 3)
+    assert max_rel_err(padded, alone) < FP32_TOL
 
 
 def test_latent_normalisation_matches_pipeline(v091):

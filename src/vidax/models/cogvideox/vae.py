@@ -22,7 +22,11 @@ input in the previous chunk (the reference's ``conv_cache``). Here that cache is
 tuple of fixed-shape ``(B, 2, h, w, C)`` arrays in call order, passed into and returned from one
 jitted chunk function; the function is traced once for the first chunk (no cache) and once for
 the later chunks, whatever the clip length, and each chunk's result is copied to host memory as
-soon as it is computed.
+soon as it is computed. Two programs, not one as the Wan VAE's: the first chunk of an odd clip
+(the pipelines' 13 or 21 latent frames) holds 3 latent frames and the others 2, and the 3 are not
+a 2-frame chunk plus one: the group norms take their statistics over all of a chunk's frames, and
+an odd chunk up-samples its first frame alone (above), so running it in the later chunks' program
+would need those norms, resizes and up-samplers masked by a traced frame count.
 
 The odd/even frame handling of the reference is reproduced: time down-sampling keeps the first
 frame of an odd chunk and averages the others in pairs, time up-sampling doubles all frames of an

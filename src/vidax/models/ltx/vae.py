@@ -35,9 +35,12 @@ Tiling (:class:`LTXTiling`): the reference's ``tiled_encode`` / ``tiled_decode``
 ``enable_tiling``) and ``_temporal_tiled_encode`` / ``_temporal_tiled_decode`` (its
 ``use_framewise_decoding``), blended by :mod:`vidax.nn.tiling` as the reference blends (in place,
 neighbours as already blended, on the host in float32). Off by default, as in the diffusers LTX
-pipelines. Each tile runs one jitted function (compiled once per tile shape); results are copied
-to host memory as each tile ends, and :meth:`LTXVideoVAE.iter_decode` yields each temporal tile's
-frames as soon as they are final.
+pipelines. Every decode tile (the smaller ones at the clip's end and at the frame's bottom and
+right edges included) is padded at its end to the largest tile's latent shape and decoded with its
+real extent by one jitted function, so a tiled decode compiles one program (:class:`_Tile`: the
+padded convolutions see what the tile alone would, to float32 rounding); results are cropped and
+copied to host memory as each tile ends, and :meth:`LTXVideoVAE.iter_decode` yields each temporal
+tile's frames as soon as they are final.
 
 Precision: parameters and compute in float32 (default) or bfloat16; RMS / Layer norm statistics,
 the time embeddings and the latent statistics in float32 (:data:`vidax.models.ltx.convert.VAE_FP32_PARAMS`);
@@ -123,32 +126,90 @@ class LTXTiling:
 # --------------------------------------------------------------------------------------------
 
 
-class _Noise:
-    """The decoder's noise draws, handed out in call order.
+class _Tile:
+    """One encoder or decoder call's context: the decoder's noise draws, handed out in call
+    order, and the real tile inside a padded one.
 
     :meth:`prepare` makes all of one decoder call's draws with a single ``jax.random.normal``
     over their total size (one random-bits computation to compile instead of one per draw) and
-    :meth:`normal` returns the next ``(h, w)`` slice of it.
+    :meth:`normal` returns the next ``(h, w)`` draw of it.
+
+    ``extent`` (None: the whole input is the tile) is a traced int32 ``(3,)``: the frames, rows
+    and columns of the real tile, which starts at the padded input's first frame, row and column.
+    The convolutions then give the real tile's values exactly as if it were decoded alone (see
+    :meth:`fix`), and the noise draws are the real tile's: a padded tile's ``(H, W)`` draw holds
+    the real ``(h, w)`` draw's values at its first rows and columns (the draws read one flat
+    normal array of the real sizes' offsets; JAX's partitionable threefry gives the same values
+    for a prefix of a longer draw). Every up-sampler multiplies the extent (:meth:`upsample`), so
+    one compiled program serves every tile of a padded size.
     """
 
-    def __init__(self, key: jax.Array | None):
+    def __init__(self, key: jax.Array | None, extent: jax.Array | None = None):
         self.key = key
+        self.extent = None if extent is None else tuple(extent[i] for i in range(3))
         self.draws: list[jax.Array] = []
 
-    def prepare(self, shapes: list[tuple[int, int]]) -> None:
+    def prepare(self, shapes: list[tuple[int, int]], real: list | None = None) -> None:
+        """Make the draws of ``shapes`` (the padded input's); ``real``: the real tile's (traced
+        sizes, in the same order), given with an extent."""
         if not shapes:
             return
         if self.key is None:
             raise ValueError("this decoder injects noise; pass a noise key")
         flat = jax.random.normal(self.key, (sum(h * w for h, w in shapes),), _F32)
-        offsets = np.cumsum([0] + [h * w for h, w in shapes])
-        self.draws = [flat[a:b].reshape(hw) for a, b, hw in zip(offsets[:-1], offsets[1:], shapes)]
+        if self.extent is None:
+            offsets = np.cumsum([0] + [h * w for h, w in shapes])
+            self.draws = [flat[a:b].reshape(hw) for a, b, hw in zip(offsets[:-1], offsets[1:], shapes)]
+            return
+        # The real tile's draws: (h, w) at each up-sampler's scale of the real extent, at their
+        # offsets in a flat draw of the real sizes; rows and columns past them are never read.
+        offset = jnp.asarray(0, jnp.int32)
+        for (hh, ww), (rh, rw) in zip(shapes, real):
+            index = offset + jnp.arange(hh, dtype=jnp.int32)[:, None] * rw + jnp.arange(ww, dtype=jnp.int32)[None]
+            self.draws.append(jnp.take(flat, index, mode="clip"))
+            offset = offset + rh * rw
 
     def normal(self, shape, dtype) -> jax.Array:
         draw = self.draws.pop(0)
         if draw.shape != tuple(shape):
             raise ValueError(f"noise draw of shape {draw.shape} prepared, {tuple(shape)} asked for")
         return draw.astype(dtype)
+
+    def upsample(self, stride: tuple[int, int, int]) -> None:
+        """The extent after an up-sampler of ``stride`` (``T -> st T - st + 1``, ``H -> sh H``, ...)."""
+        if self.extent is not None:
+            t, h, w = self.extent
+            self.extent = (t * stride[0] - (stride[0] - 1), h * stride[1], w * stride[2])
+
+    def fix(self, x: jax.Array, pad_mode: str | None, is_causal: bool, kt: int) -> jax.Array:
+        """``x (B, T, H, W, C)`` with the entries just past the real tile that a ``kt``-tap
+        convolution reads set to what its padding of the real tile alone would put there:
+        zeros (``pad_mode`` None), the reflection of the tile's last rows / columns
+        (``"reflect"``), and (not causal) copies of its last frame. Unchanged without an
+        extent."""
+        if self.extent is None or kt == 1:
+            return x
+        t, h, w = self.extent
+        p = kt // 2
+        for axis, n in ((2, h), (3, w)):
+            index = _index(x, axis)
+            if pad_mode is None:
+                x = jnp.where(index < n, x, jnp.zeros((), x.dtype))
+            else:  # reflect: entry n - 1 + j is entry n - 1 - j
+                for j in range(1, p + 1):
+                    x = jnp.where(index == n - 1 + j, jax.lax.dynamic_slice_in_dim(x, n - 1 - j, 1, axis), x)
+        if not is_causal:  # replicate: entries t - 1 + j are entry t - 1
+            index = _index(x, 1)
+            last = jax.lax.dynamic_slice_in_dim(x, t - 1, 1, 1)
+            x = jnp.where((index >= t) & (index < t + (kt - 1) // 2), last, x)
+        return x
+
+
+def _index(x: jax.Array, axis: int) -> jax.Array:
+    """The int32 positions along ``axis``, shaped to broadcast against ``x``."""
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    return jnp.arange(x.shape[axis], dtype=jnp.int32).reshape(shape)
 
 
 class LTXVideoCausalConv3d(nnx.Module):
@@ -172,8 +233,12 @@ class LTXVideoCausalConv3d(nnx.Module):
         self.conv = Conv(cin, cout, (k, k, k), stride=(stride,) * 3, padding=zero_pad,
                          dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # fmt: skip
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, tile: _Tile | None = None) -> jax.Array:
+        """``tile``: the decoder call's :class:`_Tile` (its extent: the real tile inside a
+        padded input, :meth:`_Tile.fix`)."""
         x = x.astype(self.conv.dtype)
+        if tile is not None:
+            x = tile.fix(x, self.pad_mode, self.is_causal, self.kt)
         if self.pad_mode is not None:
             p = self.kt // 2
             x = jnp.pad(x, ((0, 0), (0, 0), (p, p), (p, p), (0, 0)), mode=self.pad_mode)
@@ -217,25 +282,25 @@ class LTXVideoResnetBlock3d(nnx.Module):
             nnx.Param(jax.random.normal(rngs.params(), (4, cin), _F32) / cin**0.5) if timestep_conditioning else None
         )
 
-    def _noise(self, h: jax.Array, scale: nnx.Param, noise: _Noise) -> jax.Array:
-        draw = noise.normal(h.shape[2:4], h.dtype)  # (H, W): one draw over batch, frames, channels
+    def _noise(self, h: jax.Array, scale: nnx.Param, tile: _Tile) -> jax.Array:
+        draw = tile.normal(h.shape[2:4], h.dtype)  # (H, W): one draw over batch, frames, channels
         return h + draw[None, None, :, :, None] * scale[...].reshape(-1).astype(h.dtype)
 
-    def __call__(self, x: jax.Array, temb: jax.Array | None, noise: _Noise) -> jax.Array:
+    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: _Tile) -> jax.Array:
         h = rms_norm(x, _RMS_EPS, x.dtype)
         if self.scale_shift_table is not None:
             t = temb.reshape(temb.shape[0], 4, -1) + self.scale_shift_table[...].astype(_F32)
             shift1, scale1, shift2, scale2 = (t[:, i, None, None, None, :].astype(h.dtype) for i in range(4))
             h = h * (1 + scale1) + shift1
-        h = self.conv1(jax.nn.silu(h))
+        h = self.conv1(jax.nn.silu(h), tile)
         if self.per_channel_scale1 is not None:
-            h = self._noise(h, self.per_channel_scale1, noise)
+            h = self._noise(h, self.per_channel_scale1, tile)
         h = rms_norm(h, _RMS_EPS, h.dtype)
         if self.scale_shift_table is not None:
             h = h * (1 + scale2) + shift2
-        h = self.conv2(jax.nn.silu(h))
+        h = self.conv2(jax.nn.silu(h), tile)
         if self.per_channel_scale2 is not None:
-            h = self._noise(h, self.per_channel_scale2, noise)
+            h = self._noise(h, self.per_channel_scale2, tile)
         if self.norm3 is not None:
             x = self.norm3(x, x.dtype)
         if self.conv_shortcut is not None:
@@ -300,9 +365,11 @@ class LTXVideoUpsampler3d(nnx.Module):
             rngs=rngs,
         )
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, tile: _Tile | None = None) -> jax.Array:
         drop = self.stride[0] - 1
-        h = _depth_to_space(self.conv(x), self.stride)[:, drop:]
+        h = _depth_to_space(self.conv(x, tile), self.stride)[:, drop:]
+        if tile is not None:
+            tile.upsample(self.stride)
         if self.residual:
             r = _depth_to_space(x, self.stride)
             h = h + jnp.tile(r, (1, 1, 1, 1, self.repeats))[:, drop:].astype(h.dtype)
@@ -333,13 +400,13 @@ class LTXVideoDownBlock3D(nnx.Module):
             else None
         )
 
-    def __call__(self, x: jax.Array, noise: _Noise) -> jax.Array:
+    def __call__(self, x: jax.Array, tile: _Tile) -> jax.Array:
         for resnet in self.resnets:
-            x = resnet(x, None, noise)
+            x = resnet(x, None, tile)
         for down in self.downsamplers or ():
             x = down(x)
         if self.conv_out is not None:
-            x = self.conv_out(x, None, noise)
+            x = self.conv_out(x, None, tile)
         return x
 
 
@@ -356,10 +423,10 @@ class LTXVideoMidBlock3d(nnx.Module):
             for _ in range(layers)
         ])  # fmt: skip
 
-    def __call__(self, x: jax.Array, temb: jax.Array | None, noise: _Noise) -> jax.Array:
+    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: _Tile) -> jax.Array:
         emb = self.time_embedder(temb) if self.time_embedder is not None else None
         for resnet in self.resnets:
-            x = resnet(x, emb, noise)
+            x = resnet(x, emb, tile)
         return x
 
 
@@ -387,14 +454,14 @@ class LTXVideoUpBlock3d(nnx.Module):
             LTXVideoResnetBlock3d(cout, cout, eps, is_causal, noise, tc, **kw) for _ in range(block["layers"])
         ])  # fmt: skip
 
-    def __call__(self, x: jax.Array, temb: jax.Array | None, noise: _Noise) -> jax.Array:
+    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: _Tile) -> jax.Array:
         if self.conv_in is not None:  # never with timestep conditioning (LTXVAEConfig refuses it)
-            x = self.conv_in(x, None, noise)
+            x = self.conv_in(x, None, tile)
         emb = self.time_embedder(temb) if self.time_embedder is not None else None
         for up in self.upsamplers or ():
-            x = up(x)
+            x = up(x, tile)
         for resnet in self.resnets:
-            x = resnet(x, emb, noise)
+            x = resnet(x, emb, tile)
         return x
 
 
@@ -427,11 +494,11 @@ class LTXVideoEncoder3d(nnx.Module):
         p = self.patch
         x = x.reshape(b, f, h // p, p, w // p, p, c).transpose(0, 1, 2, 4, 6, 5, 3)
         x = x.reshape(b, f, h // p, w // p, c * p * p)
-        noise = _Noise(None)
+        tile = _Tile(None)
         x = self.conv_in(x)
         for block in self.down_blocks:
-            x = block(x, noise)
-        x = self.mid_block(x, None, noise)
+            x = block(x, tile)
+        x = self.mid_block(x, None, tile)
         return self.conv_out(jax.nn.silu(rms_norm(x, _RMS_EPS, x.dtype)))
 
 
@@ -471,20 +538,21 @@ class LTXVideoDecoder3d(nnx.Module):
                 shapes += [(h, w)] * (2 if resnet.per_channel_scale1 is not None else 0)
         return shapes
 
-    def __call__(self, z: jax.Array, temb: jax.Array | None, noise: _Noise) -> jax.Array:
-        noise.prepare(self.noise_shapes(z.shape[2], z.shape[3]))
-        x = self.conv_in(z)
+    def __call__(self, z: jax.Array, temb: jax.Array | None, tile: _Tile) -> jax.Array:
+        real = None if tile.extent is None else self.noise_shapes(tile.extent[1], tile.extent[2])
+        tile.prepare(self.noise_shapes(z.shape[2], z.shape[3]), real)
+        x = self.conv_in(z, tile)
         if self.timestep_scale_multiplier is not None:
             temb = temb.astype(_F32) * self.timestep_scale_multiplier[...].astype(_F32)
-        x = self.mid_block(x, temb, noise)
+        x = self.mid_block(x, temb, tile)
         for block in self.up_blocks:
-            x = block(x, temb, noise)
+            x = block(x, temb, tile)
         x = rms_norm(x, _RMS_EPS, x.dtype)
         if self.time_embedder is not None:
             t = self.time_embedder(temb).reshape(temb.shape[0], 2, -1) + self.scale_shift_table[...].astype(_F32)
             shift, scale = (t[:, i, None, None, None, :].astype(x.dtype) for i in range(2))
             x = x * (1 + scale) + shift
-        x = self.conv_out(jax.nn.silu(x))
+        x = self.conv_out(jax.nn.silu(x), tile)
         b, t, h, w, ch = x.shape
         p = self.patch
         x = x.reshape(b, t, h, w, ch // (p * p), p, p).transpose(0, 1, 2, 6, 3, 5, 4)
@@ -750,8 +818,8 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
         temb = self._timestep(timestep, shape[0])
         key = (jax.random.key(0) if noise_key is None else noise_key) if self.injects_noise else None
         z = np.asarray(z, np.float32)
-        run = self._decode_run(temb, key)
         plan = self._temporal_decode_plan(shape[1], tiling)
+        run = self._decode_run(temb, key, self._tile_shape(shape, plan, tiling))
 
         def chunks():
             if plan is None:
@@ -791,16 +859,44 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
             raise InputError(f"timestep must be a finite float or one per batch entry ({batch}); got {timestep!r}")
         return jnp.asarray(t)
 
-    def _decode_run(self, temb, key):
+    def _decode_run(self, temb, key, tile_shape: tuple[int, int, int] | None):
+        """The function decoding one tile ``z (B, t, h, w, C_z)`` (host) to host frames.
+
+        With ``tile_shape`` ``(T, H, W)`` every tile is padded at its end to that many latent
+        frames, rows and columns, decoded with its real extent (:class:`_Tile`: the values the
+        tile alone gives, to float32 rounding) and cropped: one compiled program for the edge
+        tiles and the full ones alike. None: decoded as it is (the untiled decode)."""
         graphdef, state = nnx.split(self.decoder)
         counter = [0]
+        cfg = self.config
 
         def run(z):
             tile_key = None if key is None else jax.random.fold_in(key, counter[0])
             counter[0] += 1
-            return np.array(_decode_fn(graphdef, state, jnp.asarray(z, self.dtype), temb, tile_key))
+            if tile_shape is None:
+                return np.array(_decode_fn(graphdef, state, jnp.asarray(z, self.dtype), temb, tile_key, None))
+            t, h, w = z.shape[1:4]
+            pad = [(0, 0), (0, tile_shape[0] - t), (0, tile_shape[1] - h), (0, tile_shape[2] - w), (0, 0)]
+            extent = jnp.asarray(np.array([t, h, w], np.int32))
+            out = _decode_fn(graphdef, state, jnp.asarray(np.pad(z, pad), self.dtype), temb, tile_key, extent)
+            s = cfg.spatial_compression
+            return np.array(out)[:, : _decoded_frames(cfg, t), : h * s, : w * s]  # cropped on the host
 
         return run
+
+    def _tile_shape(self, shape, plan, tiling: LTXTiling | None) -> tuple[int, int, int] | None:
+        """The latent ``(T, H, W)`` every decode tile of latents of ``shape`` is padded to (the
+        largest tile's), or None when the decode is one whole-clip call."""
+        cfg = self.config
+        t, h, w = shape[1:4]
+        s = cfg.spatial_compression
+        lat = None if tiling is None else (tiling.tile_sample_min_height // s, tiling.tile_sample_min_width // s)
+        spatial = tiling is not None and tiling.spatial and (w > lat[1] or h > lat[0])
+        if plan is None and not spatial:
+            return None
+        if plan is not None:
+            t = min(t, tiling.tile_sample_min_num_frames // cfg.temporal_compression + 1)
+        return (t, min(h, lat[0]), min(w, lat[1])) if spatial else (t, h, w)
 
     def _temporal_decode_plan(self, frames: int, tiling: LTXTiling | None):
         """``_temporal_tiled_decode``'s tiles as ``[(first latent frame, frames kept)]``, or None
@@ -876,6 +972,15 @@ def _encode_fn(graphdef, state, x):
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def _decode_fn(graphdef, state, z, temb, key):
+def _decode_fn(graphdef, state, z, temb, key, extent):
     TRACE_COUNTS["decode"] += 1
-    return nnx.merge(graphdef, state)(z, temb, _Noise(key)).astype(_F32)
+    return nnx.merge(graphdef, state)(z, temb, _Tile(key, extent)).astype(_F32)
+
+
+def _decoded_frames(config: LTXVAEConfig, frames: int) -> int:
+    """Frames the decoder makes of ``frames`` latent frames (each up-sampler: ``T -> st T - st + 1``)."""
+    for block in config.decoder_blocks():
+        if block["scale"]:
+            st = block["stride"][0]
+            frames = frames * st - (st - 1)
+    return frames
