@@ -64,6 +64,7 @@ from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.spec import read_scheduler
 from vidax.pipelines.step_inputs import StepInputs
 
 logger = logging.getLogger("vidax.pipeline")
@@ -381,7 +382,7 @@ class HunyuanVideoPipeline(VideoPipeline):
         """
         call = check_sigmas(
             super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
-            cls.read_scheduler(info),
+            read_scheduler(cls, info),
             cls.schedule,
         )
         extra = dict(call.extra)

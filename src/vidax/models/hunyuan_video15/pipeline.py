@@ -60,6 +60,7 @@ from vidax.models.hunyuan_video15.vae import TILED_DECODE_SAMPLE_TILE
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
+from vidax.pipelines.spec import read_scheduler
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -139,7 +140,7 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         """
         call = check_sigmas(
             super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
-            cls.read_scheduler(info),
+            read_scheduler(cls, info),
             HunyuanVideoPipeline.schedule,
         )
         g = info.guider_config
