@@ -34,6 +34,7 @@ from vidax.pipelines.call_checks import refused_keyword
 from vidax.pipelines.common import VideoPipelineOutput
 from vidax.pipelines.loading import load_weighted
 from vidax.pipelines.options import SHARED_OPTIONS, options_by_name
+from vidax.pipelines.prompts import encode_with
 from vidax.pipelines.staging import Staging
 from vidax.stats import RunStats
 
@@ -263,7 +264,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         """A VAE posterior sample ``(1, F', H', W', C)`` float32 of the video's frames resized to
         ``height x width`` (the reference's ``retrieve_latents(vae.encode(video), generator)``)."""
         pixels = np.stack([vae_image_preprocess(f, call.height, call.width) for f in call.video])
-        mean, logvar = self.encode_with("vae", self.vae.encode, jnp.asarray(pixels)[None])
+        mean, logvar = encode_with(self, "vae", self.vae.encode, jnp.asarray(pixels)[None])
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
         z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
         return z.astype(jnp.float32)
