@@ -82,7 +82,8 @@ class VideoPipeline(
         mesh: the device mesh or None. staging: where the text encoder / VAE wait.
         experts: the denoising transformers (:class:`~vidax.pipelines.experts.Experts`).
         denoiser: the denoising loop (:class:`~vidax.pipelines.run.Denoiser`), which owns the
-        compiled steps. lora: the LoRA adapters (:class:`~vidax.lora.adapters.LoraAdapters`,
+        compiled steps. capabilities: what the pipeline accepts (:class:`Capabilities`,
+        declared). lora: the LoRA adapters (:class:`~vidax.lora.adapters.LoraAdapters`,
         diffusers' LoRA methods act on them). vae_scale_factor_spatial, vae_scale_factor_temporal
         (and the LTX pipelines' ``vae_spatial_compression_ratio``, ...): as diffusers sets them.
     """
@@ -143,6 +144,7 @@ class VideoPipeline(
         self.checkpoint = info.checkpoint
         self.root = info.checkpoint.root
         self.defaults = info.defaults
+        self.capabilities = self.capabilities_of(info)
         vars(self).update(vae_scale_factors(info))  # diffusers' vae_scale_factor_spatial, ...
         self.dtype = dtype
         self.mesh = mesh

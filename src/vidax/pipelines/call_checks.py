@@ -255,6 +255,8 @@ class CallChecks:
 
     @classmethod
     def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
+        """What this class accepts on the checkpoint of ``info`` (a loaded pipeline's
+        ``capabilities``)."""
         args = cls.call_args()
         return Capabilities(
             tasks=info.tasks,
@@ -265,10 +267,6 @@ class CallChecks:
             offload=True,
             call_args=args,
         )
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.capabilities_of(self.info)
 
     def video_fps(self, call: Call) -> Any:
         """Frames per second the call's video is meant to play at (``vidax generate``'s mp4 without

@@ -266,6 +266,7 @@ def from_pipe(cls: type, pipe: Any) -> Any:
     new = cls.__new__(cls)
     new.__dict__.update(pipe.__dict__)
     new.info, new.defaults, new._interrupt = info, info.defaults, False
+    new.capabilities = cls.capabilities_of(info)
     new.denoiser = Denoiser(new.experts, new.mesh)
     return new
 
