@@ -439,7 +439,7 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
         ):
             pipe.fuse_lora(lora_scale=10**400)
         pipe.set_adapters(["style"], [None])  # diffusers' None: weight 1
-        assert pipe._lora.active[0] == [("style", 1.0)]
+        assert pipe.lora.active[0] == [("style", 1.0)]
         pipe.set_adapters("style", np.float32(1e38))
         with pytest.raises(NumericalError) as e:
             pipe("a cat", progress=False, **SMALL)

@@ -215,18 +215,19 @@ def test_sizes_meet_issue_49s_targets():
 # is now, lowered as it comes nearer the targets (a ceiling above the count fails, so it is kept
 # exact).
 
-PIPELINE_METHODS_TARGET, MAX_PIPELINE_METHODS = 40, 95
+PIPELINE_METHODS_TARGET, MAX_PIPELINE_METHODS = 40, 81
 FAMILY_DEPTH_TARGET, MAX_FAMILY_DEPTH = 1, 4
 
 
 def _methods(cls: type) -> set[str]:
     """The methods (functions, properties, class and static methods) the class bodies of ``cls``
-    and its bases define (``object``'s not counted), by name."""
+    and its bases define (``object``'s not counted), by name; a class attribute holding a class
+    (a dtype such as ``np.bool_``) is data, not a method."""
     return {
         name
         for c in cls.__mro__[:-1]
         for name, value in vars(c).items()
-        if callable(value) or isinstance(value, (property, classmethod, staticmethod))
+        if (callable(value) and not isinstance(value, type)) or isinstance(value, (property, classmethod, staticmethod))
     }
 
 
@@ -246,6 +247,7 @@ def test_video_pipeline_methods_and_family_depth():
 
     class B(A):
         x = 1
+        dtype = int
 
         @property
         def b(self):

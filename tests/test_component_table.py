@@ -7,16 +7,16 @@ import jax.numpy as jnp
 import pytest
 
 from vidax.errors import InputError
-from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Loading, Weighted
+from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
 
 
 @pytest.fixture
 def loads(monkeypatch):
     """The (info, requests) each ``load_weighted`` gets; the scheduler is a name."""
     seen = []
-    monkeypatch.setattr(Loading, "load_component", staticmethod(lambda info, name: f"<{name}>"))
+    monkeypatch.setattr("vidax.pipelines.loading.load_component", lambda info, name: f"<{name}>")
     monkeypatch.setattr(
-        Loading, "load_weighted", staticmethod(lambda info, requests: seen.append(requests) or dict.fromkeys(requests))
+        "vidax.pipelines.loading.load_weighted", lambda info, requests: seen.append(requests) or dict.fromkeys(requests)
     )
     return seen
 

@@ -206,7 +206,7 @@ def test_too_small_is_refused_before_loading_naming_what_fits(ckpt, tmp_path, mo
     small = dataclasses.replace(plan, call=dataclasses.replace(plan.call, height=16, width=24))
     floor = plan_device(small, small.call, 2**40, None, asked=None).sizes
     need = stage_memory(floor, _activations(small), 1, dict.fromkeys(floor.text_encoders | floor.decoders, True), True)
-    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    monkeypatch.setattr("vidax.pipelines.loading.load_weighted", _no_weights)
     r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, need[0].peak)
     assert r.exit_code != 0
     assert "does not fit on one device" in r.output and "--height" in r.output and "--width" in r.output, r.output
@@ -256,7 +256,7 @@ def test_text_encoder_layers_flag_wins(ckpt, tmp_path, monkeypatch):
     where everything would fit resident and says "as asked" before any weight is read (the
     streamed encoders' outputs: tests/parity/test_gemma3_text.py, test_random_weights.py; a
     video: test_ltx2_pipeline.py); bad values are refused before loading, naming the flag."""
-    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    monkeypatch.setattr("vidax.pipelines.loading.load_weighted", _no_weights)
     r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", "--offload-text-encoder-layers", "1")
     line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
     assert "text encoder streamed 1 layer a chunk from its files while it encodes" in line and "as asked" in line
@@ -291,7 +291,7 @@ def test_text_encoder_layers_beyond_the_layer_count_are_said_capped(ckpt, tmp_pa
     so, not the number asked."""
     from vidax.pipelines.staging import Staging
 
-    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    monkeypatch.setattr("vidax.pipelines.loading.load_weighted", _no_weights)
     r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", "--offload-text-encoder-layers", "999")
     line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
     assert "streamed 999" not in line and "all its layers: 999 asked" in line, line
@@ -303,7 +303,7 @@ def test_a_pretend_device_below_the_runtime_floor_is_refused_naming_the_variable
     """VIDAX_DEVICE_MEMORY=1e3 is 1000 bytes, below what every run needs beyond its arrays: one
     line naming the variable, its value and the floor, before any weight is read (every call
     was refused as not fitting, naming sizes no device that small holds)."""
-    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    monkeypatch.setattr("vidax.pipelines.loading.load_weighted", _no_weights)
     r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "1e3")
     assert r.exit_code == 2 and r.output.startswith(
         f"error: {DEVICE_MEMORY_ENV}='1e3' is 1,000 bytes, less than the 160 MiB every run needs"

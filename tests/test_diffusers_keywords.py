@@ -110,6 +110,16 @@ def test_refused_keyword_error_quotes_its_reason(pipe):
         pipe("a cat", attention_kwargs={"scale": float("nan")}, **KW)
 
 
+def test_vae_scale_factors_are_diffusers_attributes(pipe, ckpt):
+    """``pipe.vae_scale_factor_spatial`` / ``_temporal`` (and the LTX pipelines' names) are the
+    numbers diffusers' WanPipeline sets from its VAE's config when it loads."""
+    diffusers = pytest.importorskip("diffusers")
+    vae = diffusers.AutoencoderKLWan.from_config(diffusers.AutoencoderKLWan.load_config(os.path.join(ckpt, "vae")))
+    want = (vae.config.scale_factor_spatial, vae.config.scale_factor_temporal)
+    assert (pipe.vae_scale_factor_spatial, pipe.vae_scale_factor_temporal) == want == (8, 4)
+    assert (pipe.vae_spatial_compression_ratio, pipe.vae_temporal_compression_ratio) == want
+
+
 def test_prompt_embeds_callback_and_return_dict_end_to_end(pipe):
     """One run by text; the same by embeddings (bit for bit); a callback that reads and scales the
     latents (diffusers' meaning: the next step starts from what it returns); return_dict=False."""

@@ -17,6 +17,7 @@ from vidax.nn.precision import (
     parse_matmul_precision,
     vae_matmul_precision,
 )
+from vidax.pipelines.prompts import encode_prompts
 
 TINY = dict(height=32, width=32, num_frames=5, num_inference_steps=2, max_sequence_length=16, progress=False)
 
@@ -63,7 +64,7 @@ def test_encode_prompt_runs_at_the_pipeline_precision(pipe, monkeypatch):
 
     monkeypatch.setattr(type(pipe), "encode_text", spy)
     with jax.default_matmul_precision("bfloat16"):
-        pipe.encode_prompts(["a cat"], 16)
+        encode_prompts(pipe, ["a cat"], 16)
     assert seen == ["highest"]
 
 

@@ -18,6 +18,7 @@ from tests.test_offload import NEGATIVE, PROMPT, write_offload_checkpoint
 from vidax.cli import app
 from vidax.parallel.offload import OffloadConfig
 from vidax.pipelines import staging as staging_mod
+from vidax.pipelines.prompts import encode_prompts
 from vidax.pipelines.staging import Staging, component_bytes, plan_pipeline_staging, plan_staging
 
 # The CLI's defaults (negative prompt "", guidance 5.0, seed 0) at a small size.
@@ -70,7 +71,7 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
     assert _kinds(pipe.text_encoder) == {"pinned_host"}  # loaded straight into host memory
     te_bytes = sum(a.nbytes for a in jax.tree.leaves(nnx.state(pipe.text_encoder)))
     seen_kinds = []
-    pipe.encode_prompts(["warm up"], 16)  # compile first, so the cache is not counted below
+    encode_prompts(pipe, ["warm up"], 16)  # compile first, so the cache is not counted below
     encode_text = pipe.encode_text
 
     def spy(texts, length, truncation=None):  # where the encoder's parameters are while it runs
@@ -79,7 +80,7 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
 
     pipe.encode_text = spy
     before = _device_buffers()
-    embeds = pipe.encode_prompts([PROMPT, NEGATIVE], 16)
+    embeds = encode_prompts(pipe, [PROMPT, NEGATIVE], 16)
     embeds.block_until_ready()
     after = _device_buffers()
     new = {k: v for k, v in after.items() if k not in before}
@@ -97,7 +98,7 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
     kept = vidax.load_pipeline(ckpt, mesh=mesh, offload=OffloadConfig(keep_text_encoder=True, keep_vae=True))
     assert _kinds(kept.text_encoder) == {"device"} and _kinds(kept.vae) == {"device"}
     # Same embeddings either way (bit-exact: the same executable on the same values).
-    np.testing.assert_array_equal(np.asarray(kept.encode_prompts([PROMPT, NEGATIVE], 16)), np.asarray(embeds))
+    np.testing.assert_array_equal(np.asarray(encode_prompts(kept, [PROMPT, NEGATIVE], 16)), np.asarray(embeds))
 
 
 def _spy_on_decode(monkeypatch, vae, look):

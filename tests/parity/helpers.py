@@ -487,12 +487,13 @@ def vidax_timesteps_error(cls, checkpoint: str, *args, **call) -> str:
 
     from vidax.checkpoint import Checkpoint
     from vidax.errors import InputError
+    from vidax.pipelines.call_checks import refused_keyword
 
     info = cls.read_checkpoint(Checkpoint.open(checkpoint))
     with pytest.raises(InputError) as e:
         cls.check_call(info, *args, timesteps=CUSTOM_TIMESTEPS, **call)
     message = str(e.value)
-    entry = cls.refused_keyword("timesteps")
+    entry = refused_keyword(cls, "timesteps")
     assert entry is not None and "\n" not in message, message
     assert message == f"{cls.__name__} takes no 'timesteps' (diffusers' timesteps=): {entry.message()}", message
     return message

@@ -36,6 +36,7 @@ from tests.parity.cogvideox_reference import (
 from tests.parity.helpers import bf16_reference, max_rel_err, model_batches, psnr
 from vidax.errors import InputError
 from vidax.pipelines.base import CallDefaults
+from vidax.pipelines.prompts import encode_prompts
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
 diffusers = pytest.importorskip("diffusers")
@@ -161,7 +162,7 @@ def test_prompt_embeddings_match_and_share_length(checkpoints, pipelines):
     path, ref = checkpoints["5b"]
     pipe = pipelines("5b")
     texts = ["a", "a red car walking over the sea at night with a dog and a cat in the city"]
-    ours = np.asarray(pipe.encode_prompts(texts, L_TXT))
+    ours = np.asarray(encode_prompts(pipe, texts, L_TXT))
     with torch.no_grad():
         pos, neg = ref.encode_prompt(texts[1], texts[0], max_sequence_length=L_TXT, device="cpu")
     # Both prompts padded to L_TXT whatever their token counts, as the reference's pos / neg.

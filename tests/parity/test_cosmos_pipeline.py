@@ -32,6 +32,7 @@ from vidax.models.cosmos.pipeline import (
     match_num_frames,
     normalized_layers,
 )
+from vidax.pipelines.prompts import encode_prompts
 from vidax.pipelines.step_inputs import StepInputs
 
 PROMPT = "a red car driving over a bridge at night"
@@ -187,7 +188,7 @@ def test_prompt_embeddings_match_diffusers(cosmos):
     _, ref, pipe, _ = cosmos
     with torch.no_grad():
         want, want_neg = ref.encode_prompt(PROMPT, None, max_sequence_length=CALL["max_sequence_length"])
-    got = np.asarray(pipe.encode_prompts([PROMPT, DEFAULT_NEGATIVE_PROMPT], CALL["max_sequence_length"]))
+    got = np.asarray(encode_prompts(pipe, [PROMPT, DEFAULT_NEGATIVE_PROMPT], CALL["max_sequence_length"]))
     assert got.shape == (2, 64, 3 * 40)
     # fp32 through 3 decoder layers and a per-row standardisation: measured ~4e-7.
     assert max_rel_err(got[0], want[0].numpy()) < 1e-5
@@ -433,7 +434,7 @@ def test_max_sequence_length_past_the_text_towers_positions(cosmos, tmp_path):
     CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": 512})
     with torch.no_grad():
         want, _ = ref.encode_prompt(PROMPT, None, max_sequence_length=CALL["max_sequence_length"])
-    got = np.asarray(pipe.encode_prompts([PROMPT], CALL["max_sequence_length"]))
+    got = np.asarray(encode_prompts(pipe, [PROMPT], CALL["max_sequence_length"]))
     assert got.shape == (1, 64, 3 * 40)
     assert max_rel_err(got[0], want[0].numpy()) < 1e-5  # as test_prompt_embeddings_match_diffusers
 

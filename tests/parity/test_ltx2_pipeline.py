@@ -666,6 +666,7 @@ def test_schedule_matches_diffusers(name, sigmas):
     from tests.paths import REFERENCE_CONFIGS
     from vidax.checkpoint import Checkpoint
     from vidax.models.ltx2.pipeline import DISTILLED_SIGMA_VALUES, LTX2Pipeline
+    from vidax.pipelines.spec import read_scheduler
 
     assert list(DISTILLED_SIGMA_VALUES) == ltx2_utils.DISTILLED_SIGMA_VALUES
     folder = os.path.join(REFERENCE_CONFIGS, name)
@@ -674,7 +675,7 @@ def test_schedule_matches_diffusers(name, sigmas):
     call = LTX2Pipeline.check_call(
         info, "a cat", num_inference_steps=30 if given is None else len(given), sigmas=given, guidance_scale=1.0
     )
-    state = LTX2Pipeline.schedule(info, LTX2Pipeline.read_scheduler(info), call)
+    state = LTX2Pipeline.schedule(info, read_scheduler(LTX2Pipeline, info), call)
     ref = diffusers.FlowMatchEulerDiscreteScheduler.from_pretrained(os.path.join(folder, "scheduler"))
     c = ref.config
     mu = calculate_shift(

@@ -14,6 +14,7 @@ from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.models.wan.config import WanVAEConfig
 from vidax.pipelines.base import CallDefaults, CheckpointInfo, VideoPipeline, cfg_pair
+from vidax.pipelines.loading import load_component, load_weighted
 from vidax.pipelines.options import CallOption
 
 
@@ -53,8 +54,8 @@ class ToyVideoPipeline(VideoPipeline):
     def load_components(cls, info, *, dtype, mesh, offload, staging, **options):
         return dict(
             tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
-            scheduler=cls.load_component(info, "scheduler"),
-            **cls.load_weighted(
+            scheduler=load_component(info, "scheduler"),
+            **load_weighted(
                 info,
                 dict(
                     text_encoder=dict(dtype=dtype, mesh=mesh, staging=staging),
@@ -126,7 +127,7 @@ class ToySoundPipeline(ToyVideoPipeline):
         sound = dict(dtype=jnp.float32, staging=staging)
         return {
             **super().load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging),
-            **cls.load_weighted(info, dict(audio_vae=sound, vocoder=sound)),
+            **load_weighted(info, dict(audio_vae=sound, vocoder=sound)),
         }
 
     def model_args(self, latents, state, inputs, do_cfg):

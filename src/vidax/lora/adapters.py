@@ -15,6 +15,7 @@ parameter of its shape) before any weight changes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -40,8 +41,8 @@ class LoraAdapters:
     """
 
     def __init__(self, transformers: Sequence[tuple[str, Any, Any, Any]]):
+        self._transformers = list(transformers)
         self.names = [t[0] for t in transformers]
-        self._targets = [transformer_targets(m, spec, cfg) for _, m, spec, cfg in transformers]
         self._stores = [ParamStore(m) for _, m, _, _ in transformers]
         self.terms: dict[str, list[list[Term]]] = {}  # adapter -> per expert, at weight 1
         self.files: dict[str, LoraFile] = {}
@@ -49,6 +50,12 @@ class LoraAdapters:
         self.active: list[list[tuple[str, float]]] = [[] for _ in transformers]  # per expert
         self.fuse_scale = [1.0] * len(transformers)
         self.enabled = True
+
+    @functools.cached_property
+    def _targets(self) -> list[ModelTargets]:
+        """Each transformer's parameters by diffusers key, walked when the first LoRA is read (a
+        pipeline holds its adapters from the load on, most never take one)."""
+        return [transformer_targets(m, spec, cfg) for _, m, spec, cfg in self._transformers]
 
     # ------------------------------------------------------------------ loading
     def load(

@@ -12,22 +12,23 @@ from vidax.errors import InputError
 from vidax.registry import registry
 
 
+def lora_adapters(experts: Any, checkpoint: Any) -> Any:
+    """The :class:`~vidax.lora.adapters.LoraAdapters` of a pipeline's denoising transformers
+    (``experts``: its :class:`~vidax.pipelines.experts.Experts`; ``checkpoint``: the
+    :class:`~vidax.checkpoint.Checkpoint` whose configs they were loaded from); no weight is
+    touched until a LoRA is loaded."""
+    from vidax.lora.adapters import LoraAdapters
+
+    parts = []
+    for name, module in zip(experts.names, experts.modules):
+        spec = registry().component(checkpoint.class_of(name), source=f"{checkpoint.source} ({name})")
+        parts.append((name, module, spec, checkpoint.typed_config(name, spec.config_class())))
+    return LoraAdapters(parts)
+
+
 class LoraMethods:
-    """diffusers' LoRA methods of a pipeline; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
-
-    # ================================================================== LoRA
-    @property
-    def lora(self) -> Any:
-        """The pipeline's :class:`~vidax.lora.adapters.LoraAdapters` (built on first use)."""
-        if self._lora is None:
-            from vidax.lora.adapters import LoraAdapters
-
-            parts = []
-            for name, module in zip(self.experts.names, self.experts.modules):
-                spec = registry().component(self.checkpoint.class_of(name), source=f"{self.checkpoint.source} ({name})")
-                parts.append((name, module, spec, self.checkpoint.typed_config(name, spec.config_class())))
-            self._lora = LoraAdapters(parts)
-        return self._lora
+    """diffusers' LoRA methods of a pipeline, over its ``lora`` (:func:`lora_adapters`); a base of
+    :class:`~vidax.pipelines.base.VideoPipeline`."""
 
     def load_lora_weights(
         self,
@@ -95,17 +96,15 @@ class LoraMethods:
 
     def get_active_adapters(self) -> list[str]:
         """The names of the active adapters."""
-        return [] if self._lora is None else self._lora.active_names()
+        return self.lora.active_names()
 
     def get_list_adapters(self) -> dict[str, list[str]]:
         """Component -> names of the adapters loaded into it (diffusers' ``get_list_adapters``)."""
-        if self._lora is None:
-            return {}
         out: dict[str, list[str]] = {}
-        for name, per_expert in self._lora.terms.items():
+        for name, per_expert in self.lora.terms.items():
             for e, terms in enumerate(per_expert):
                 if terms:
-                    out.setdefault(self._lora.names[e], []).append(name)
+                    out.setdefault(self.lora.names[e], []).append(name)
         return out
 
     def fuse_lora(
@@ -133,5 +132,4 @@ class LoraMethods:
 
     def unload_lora_weights(self) -> None:
         """Remove every adapter; the weights are the checkpoint's again, bit for bit."""
-        if self._lora is not None:
-            self._lora.unload()
+        self.lora.unload()

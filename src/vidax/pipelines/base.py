@@ -37,12 +37,12 @@ import numpy as np
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.nn.precision import matmul_precision as precision_context
 from vidax.nn.precision import parse_matmul_precision, vae_matmul_precision
-from vidax.pipelines.adapters import LoraMethods
+from vidax.pipelines.adapters import LoraMethods, lora_adapters
 from vidax.pipelines.caching import StepCaching
 from vidax.pipelines.call import SHARED_CALL_ARGS, Call
 from vidax.pipelines.call_checks import MAX_SEED, CallChecks, Capabilities, SizeLimits
 from vidax.pipelines.common import VideoPipelineOutput
-from vidax.pipelines.diffusers_compat import DiffusersPipelineMethods
+from vidax.pipelines.diffusers_compat import DiffusersPipelineMethods, vae_scale_factors
 from vidax.pipelines.experts import Experts
 from vidax.pipelines.hooks import FamilyHooks, frames_of_form, video_latent_shape
 from vidax.pipelines.loading import Loading
@@ -82,7 +82,10 @@ class VideoPipeline(
         mesh: the device mesh or None. staging: where the text encoder / VAE wait.
         experts: the denoising transformers (:class:`~vidax.pipelines.experts.Experts`).
         denoiser: the denoising loop (:class:`~vidax.pipelines.run.Denoiser`), which owns the
-        compiled steps.
+        compiled steps. capabilities: what the pipeline accepts (:class:`Capabilities`,
+        declared). lora: the LoRA adapters (:class:`~vidax.lora.adapters.LoraAdapters`,
+        diffusers' LoRA methods act on them). vae_scale_factor_spatial, vae_scale_factor_temporal
+        (and the LTX pipelines' ``vae_spatial_compression_ratio``, ...): as diffusers sets them.
     """
 
     #: The task this class is for (``"t2v"`` / ``"i2v"``); the checkpoint must do it. A call
@@ -141,6 +144,8 @@ class VideoPipeline(
         self.checkpoint = info.checkpoint
         self.root = info.checkpoint.root
         self.defaults = info.defaults
+        self.capabilities = self.capabilities_of(info)
+        vars(self).update(vae_scale_factors(info))  # diffusers' vae_scale_factor_spatial, ...
         self.dtype = dtype
         self.mesh = mesh
         self.offload = offload
@@ -151,7 +156,7 @@ class VideoPipeline(
         self.experts = Experts([modules[n] for n in names], offload=offload_experts, names=names)
         self.denoiser = Denoiser(self.experts, mesh)
         self._pending_load_s = load_s
-        self._lora = None
+        self.lora = lora_adapters(self.experts, self.checkpoint)
         self._interrupt = False
         self.matmul_precision = matmul_precision
 

@@ -13,14 +13,12 @@ from typing import Any
 import numpy as np
 
 from vidax.checkpoint import Checkpoint, CheckpointInfo
-from vidax.errors import Arg, ArgValue, ConfigError, InputError, Message, joined
+from vidax.errors import Arg, ArgValue, InputError, Message, joined
 from vidax.pipelines.call import Call, cancel_check
 from vidax.pipelines.common import check_task
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.output import finite_array
-from vidax.pipelines.spec import diffusers_classes, embeds_options
-from vidax.registry import registry
-from vidax.schedulers import scheduler_from_config
+from vidax.pipelines.spec import diffusers_classes, embeds_options, read_scheduler
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -205,6 +203,14 @@ def _lora_scale(attention_kwargs: Any) -> float | None:
     return float(scale)
 
 
+def refused_keyword(cls: type, keyword: str) -> Any:
+    """The :class:`~vidax.pipelines.diffusers_keywords.Refused` entry of a diffusers keyword
+    the pipeline class ``cls`` refuses (None: not a refused one)."""
+    from vidax.pipelines.diffusers_keywords import refused
+
+    return next((e for c in diffusers_classes(cls) if (e := refused(c, keyword)) is not None), None)
+
+
 class CallChecks:
     """A pipeline's call checks and declared keywords; a base of
     :class:`~vidax.pipelines.base.VideoPipeline`."""
@@ -248,15 +254,9 @@ class CallChecks:
         )
 
     @classmethod
-    def refused_keyword(cls, keyword: str) -> Any:
-        """The :class:`~vidax.pipelines.diffusers_keywords.Refused` entry of a diffusers keyword
-        this pipeline refuses (None: not a refused one)."""
-        from vidax.pipelines.diffusers_keywords import refused
-
-        return next((e for c in diffusers_classes(cls) if (e := refused(c, keyword)) is not None), None)
-
-    @classmethod
     def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
+        """What this class accepts on the checkpoint of ``info`` (a loaded pipeline's
+        ``capabilities``)."""
         args = cls.call_args()
         return Capabilities(
             tasks=info.tasks,
@@ -268,37 +268,10 @@ class CallChecks:
             call_args=args,
         )
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.capabilities_of(self.info)
-
     def video_fps(self, call: Call) -> Any:
         """Frames per second the call's video is meant to play at (``vidax generate``'s mp4 without
         ``--fps``): the checkpoint's, as its reference's examples export it."""
         return self.defaults.fps
-
-    @classmethod
-    def read_scheduler(cls, info: CheckpointInfo) -> Any:
-        """The checkpoint's scheduler built from its config (every setting checked), or None
-        when the checkpoint has no ``scheduler`` component.
-
-        Raises:
-            ConfigError: a scheduler class vidax does not implement or the family does not run
-                (:attr:`scheduler_classes`), or a setting it does not implement (e.g. a
-                ``prediction_type``).
-        """
-        ckpt = info.checkpoint
-        if not ckpt.has("scheduler"):
-            return None
-        config, file = ckpt.config("scheduler"), ckpt.config_file("scheduler")
-        name = config.get("_class_name")
-        if (
-            cls.scheduler_classes is not None
-            and name in {s.class_name for s in registry().components("scheduler")}
-            and name not in cls.scheduler_classes
-        ):
-            raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs {' or '.join(cls.scheduler_classes)}")
-        return scheduler_from_config(config, source=file)
 
     @classmethod
     def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> Call:
@@ -422,7 +395,7 @@ def _check_keywords(cls: type, extra: dict, given: set) -> dict:
     own = options_by_name(cls.call_options + embeds_options(cls))
     unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
     for u in unknown:
-        entry = cls.refused_keyword(u)
+        entry = refused_keyword(cls, u)
         if entry is not None:
             raise InputError(
                 f"{cls.__name__} takes no ", Arg(u, python=repr(u)), f" (diffusers' {u}=): {entry.message()}"
@@ -606,7 +579,7 @@ def _with_latents(cls: type, info: CheckpointInfo, call: Call, given_streams: di
 def _check_schedule(cls: type, info: CheckpointInfo, call: Call) -> None:
     """Raise InputError for more steps than the checkpoint's scheduler was trained with, then the
     family's own checks of the call and its schedule."""
-    scheduler = cls.read_scheduler(info)
+    scheduler = read_scheduler(cls, info)
     train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
     if train is not None and call.num_inference_steps > train:  # before any schedule is computed
         raise InputError(

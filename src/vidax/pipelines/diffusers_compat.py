@@ -1,6 +1,6 @@
 """The calls a diffusers script makes on a loaded pipeline beside ``__call__``: ``pipe.to("cuda")``,
 ``enable_model_cpu_offload()``, ``set_progress_bar_config(disable=True)``,
-``vae_scale_factor_spatial``, ``pipe.scheduler = <a diffusers scheduler>``; a base of
+``vae_scale_factor_spatial`` (:func:`vae_scale_factors`), ``pipe.scheduler = <a diffusers scheduler>``; a base of
 :class:`~vidax.pipelines.base.VideoPipeline`.
 
 vidax places its weights when it loads them (JAX's default backend; ``offload=`` for host memory,
@@ -120,13 +120,6 @@ class DiffusersPipelineMethods:
                 raise ConfigError(f"pipe.scheduler = {name}(...): {hint}") from e
         self.__dict__["scheduler"] = value
 
-    #: Pixels per latent pixel and frames per latent frame, under the names of diffusers' Wan,
-    #: CogVideoX and HunyuanVideo pipelines and those of its LTX pipelines.
-    vae_scale_factor_spatial = property(lambda self: vae_compression(self, "spatial"))
-    vae_scale_factor_temporal = property(lambda self: vae_compression(self, "temporal"))
-    vae_spatial_compression_ratio = vae_scale_factor_spatial
-    vae_temporal_compression_ratio = vae_scale_factor_temporal
-
 
 def placement_set_at_load(method: str) -> None:
     """Warn that diffusers' ``method`` (an offloading switch) changes nothing: vidax places the
@@ -139,17 +132,23 @@ def placement_set_at_load(method: str) -> None:
     )
 
 
-def vae_compression(pipe: Any, what: str) -> int:
-    """``pipe``'s VAE ``"spatial"`` / ``"temporal"`` compression (its config's
-    ``{what}_compression``).
+#: diffusers' pipeline attributes of the VAE's compression -> the VAE config's field: pixels per
+#: latent pixel and frames per latent frame, under the names of its Wan, CogVideoX and
+#: HunyuanVideo pipelines and those of its LTX pipelines.
+VAE_SCALE_FACTORS = {
+    "vae_scale_factor_spatial": "spatial_compression",
+    "vae_scale_factor_temporal": "temporal_compression",
+    "vae_spatial_compression_ratio": "spatial_compression",
+    "vae_temporal_compression_ratio": "temporal_compression",
+}
 
-    Raises:
-        AttributeError: the pipeline's checkpoint has no VAE config with it.
-    """
-    config = getattr(pipe.info, "vae_config", None)
-    if config is None or not hasattr(config, f"{what}_compression"):
-        raise AttributeError(f"{type(pipe).__name__} has no VAE {what} compression")
-    return int(getattr(config, f"{what}_compression"))
+
+def vae_scale_factors(info: Any) -> dict[str, int]:
+    """diffusers' attributes of :data:`VAE_SCALE_FACTORS` for a checkpoint's ``info`` (its
+    ``vae_config``), as a pipeline sets them at load; those the checkpoint's VAE config lacks
+    (or a checkpoint without a VAE config) are left out, so the pipeline has no such attribute."""
+    config = getattr(info, "vae_config", None)
+    return {name: int(getattr(config, field)) for name, field in VAE_SCALE_FACTORS.items() if hasattr(config, field)}
 
 
 #: The settings vidax's UniPC runs with (flow sigmas, flow prediction), which another sampler's

@@ -150,7 +150,7 @@ class FamilyHooks:
     def load_components(
         cls, info: CheckpointInfo, *, dtype: Any, mesh: Any, offload: Any, staging: Staging, **options: Any
     ) -> dict[str, Any]:
-        """Load the modules the family runs (name -> module); see :meth:`load_component`."""
+        """Load the modules the family runs (name -> module); see :func:`~vidax.pipelines.loading.load_component`."""
         raise NotImplementedError
 
     # ================================================================== family hooks (call)

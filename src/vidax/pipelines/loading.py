@@ -266,76 +266,77 @@ def from_pipe(cls: type, pipe: Any) -> Any:
     new = cls.__new__(cls)
     new.__dict__.update(pipe.__dict__)
     new.info, new.defaults, new._interrupt = info, info.defaults, False
+    new.capabilities = cls.capabilities_of(info)
     new.denoiser = Denoiser(new.experts, new.mesh)
     return new
+
+
+def load_component(
+    info: CheckpointInfo,
+    name: str,
+    *,
+    dtype: Any = None,
+    mesh: Any = None,
+    offload: Any = None,
+    staging: Staging | None = None,
+) -> Any:
+    """Component ``name`` of the checkpoint, by the class model_index.json gives it: a
+    scheduler built from its config, any other loaded alone by :func:`load_weighted`."""
+    ckpt = info.checkpoint
+    spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+    if spec.kind == "scheduler":
+        return scheduler_from_config(ckpt.config(name), source=ckpt.config_file(name))
+    options = dict(dtype=dtype, mesh=mesh, offload=offload, staging=staging)
+    return load_weighted(info, {name: options})[name]
+
+
+def load_weighted(info: CheckpointInfo, components: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The components with weights named in ``components``, by the classes model_index.json
+    gives them, through the one component loader (:func:`vidax.weights.component.load_components`):
+    every checkpoint is checked against its model from its config and safetensors headers
+    (heads against the mesh, file sizes, the 1:1 key plan, shapes, dtypes) before the first
+    weight of any is read; then each is read, in the order given.
+
+    Args:
+        info: the checkpoint's configs.
+        components: name -> options: ``dtype``, ``mesh``, ``offload`` (blocks streamed),
+            ``staging`` (a :class:`Staging`: in host memory when it stages the component),
+            ``then`` (called with the module once it is read); None values are left out.
+
+    Returns:
+        name -> module.
+
+    Raises:
+        ConfigError: a class vidax does not implement. CheckpointError: missing files or
+        tensors. InputError: a dtype not supported, heads that do not split over the mesh.
+    """
+    ckpt = info.checkpoint
+    requests = {}
+    for name, options in components.items():
+        options = {k: v for k, v in options.items() if v is not None}
+        spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+        staging, then = options.pop("staging", None), options.pop("then", None)
+        if staging is not None and staging.is_staged(name):
+            options["memory_kind"] = staging.kind
+        if staging is not None and staging.stream_config(name) is not None:  # its layers read at each use
+            options["offload"] = staging.stream_config(name)
+        if spec.kind == "transformer" and ckpt.weights is not None:
+            options["weights"] = ckpt.weights
+        if name in ckpt.files:
+            options["file"] = ckpt.files[name]
+        if ckpt.random_weights:
+            options["random_weights"] = True
+        if ckpt.variant_of(name) is not None:
+            options["variant"] = ckpt.variant_of(name)
+        options["config"] = ckpt.typed_config(name, spec.config_class())
+        requests[name] = Request(spec, ckpt.folder(name), options, then)
+    return load_components(requests)
 
 
 class Loading:
     """How a pipeline loads its components; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
 
     # ================================================================== loading
-    @staticmethod
-    def load_component(
-        info: CheckpointInfo,
-        name: str,
-        *,
-        dtype: Any = None,
-        mesh: Any = None,
-        offload: Any = None,
-        staging: Staging | None = None,
-    ) -> Any:
-        """Component ``name`` of the checkpoint, by the class model_index.json gives it: a
-        scheduler built from its config, any other loaded alone by :meth:`load_weighted`."""
-        ckpt = info.checkpoint
-        spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
-        if spec.kind == "scheduler":
-            return scheduler_from_config(ckpt.config(name), source=ckpt.config_file(name))
-        options = dict(dtype=dtype, mesh=mesh, offload=offload, staging=staging)
-        return Loading.load_weighted(info, {name: options})[name]
-
-    @staticmethod
-    def load_weighted(info: CheckpointInfo, components: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        """The components with weights named in ``components``, by the classes model_index.json
-        gives them, through the one component loader (:func:`vidax.weights.component.load_components`):
-        every checkpoint is checked against its model from its config and safetensors headers
-        (heads against the mesh, file sizes, the 1:1 key plan, shapes, dtypes) before the first
-        weight of any is read; then each is read, in the order given.
-
-        Args:
-            info: the checkpoint's configs.
-            components: name -> options: ``dtype``, ``mesh``, ``offload`` (blocks streamed),
-                ``staging`` (a :class:`Staging`: in host memory when it stages the component),
-                ``then`` (called with the module once it is read); None values are left out.
-
-        Returns:
-            name -> module.
-
-        Raises:
-            ConfigError: a class vidax does not implement. CheckpointError: missing files or
-            tensors. InputError: a dtype not supported, heads that do not split over the mesh.
-        """
-        ckpt = info.checkpoint
-        requests = {}
-        for name, options in components.items():
-            options = {k: v for k, v in options.items() if v is not None}
-            spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
-            staging, then = options.pop("staging", None), options.pop("then", None)
-            if staging is not None and staging.is_staged(name):
-                options["memory_kind"] = staging.kind
-            if staging is not None and staging.stream_config(name) is not None:  # its layers read at each use
-                options["offload"] = staging.stream_config(name)
-            if spec.kind == "transformer" and ckpt.weights is not None:
-                options["weights"] = ckpt.weights
-            if name in ckpt.files:
-                options["file"] = ckpt.files[name]
-            if ckpt.random_weights:
-                options["random_weights"] = True
-            if ckpt.variant_of(name) is not None:
-                options["variant"] = ckpt.variant_of(name)
-            options["config"] = ckpt.typed_config(name, spec.config_class())
-            requests[name] = Request(spec, ckpt.folder(name), options, then)
-        return load_components(requests)
-
     @classmethod
     def from_pretrained(
         cls,
@@ -548,7 +549,7 @@ class ComponentTable:
     Attributes:
         files: name -> the class built from the checkpoint's folder of that name (a tokenizer).
         weighted: name -> :class:`Weighted`, read in this order (every checkpoint checked against
-            its model before the first weight is read, :meth:`Loading.load_weighted`).
+            its model before the first weight is read, :func:`load_weighted`).
 
     The scheduler is built from its config (every family has one).
     """
@@ -572,11 +573,11 @@ class ComponentTable:
         names, e.g. ``vae_dtype``).
 
         Raises:
-            InputError: an invalid dtype (as ``parse_dtype``); see :meth:`Loading.load_weighted`.
+            InputError: an invalid dtype (as ``parse_dtype``); see :func:`load_weighted`.
         """
         ckpt = info.checkpoint
         modules: dict[str, Any] = {name: make(ckpt.folder(name)) for name, make in self.files.items()}
-        modules["scheduler"] = Loading.load_component(info, "scheduler")
+        modules["scheduler"] = load_component(info, "scheduler")
         requests = {}
         for name, row in self.weighted.items():
             if name in skip:
@@ -596,7 +597,7 @@ class ComponentTable:
             )
             if row.expert_to_host and options.get("offload_experts", True):
                 requests[name]["then"] = Experts.move_to_host
-        return modules | Loading.load_weighted(info, requests)
+        return modules | load_weighted(info, requests)
 
 
 #: The rows most families share: a text encoder in the pipeline's dtype on the mesh, staged; the

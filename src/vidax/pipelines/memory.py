@@ -402,35 +402,36 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
     return total
 
 
+def warn_if_large(cls: type, info: CheckpointInfo, call: Call) -> None:
+    """Log a WARNING with :func:`run_size_estimate` when the call's transformer sequence (the
+    pipeline class ``cls``'s ``model_size``) has more than :data:`LARGE_RUN_FACTOR` times the
+    tokens of the checkpoint's default size."""
+    size = cls.model_size(info, call)
+    d = info.defaults
+    base = cls.model_size(
+        info,
+        dataclasses.replace(
+            call, height=d.height, width=d.width, num_frames=cls.resolve_num_frames(info, d.num_frames)
+        ),
+    )
+    if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
+        return
+    batch = call.batch * (2 if call.do_cfg else 1)
+    elements = int(np.prod(cls.latent_shape(info, call)))
+    est = run_memory_estimate(size, batch, elements, call.num_frames, call.height, call.width, videos=call.batch)
+    logger.warning(
+        "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s",
+        size_words(call),
+        d.height,
+        d.width,
+        d.num_frames,
+        size.tokens / base.tokens,
+        run_size_estimate(size, batch, est),
+    )
+
+
 class MemoryChecks:
     """A pipeline's memory estimate and check; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
-
-    @classmethod
-    def warn_if_large(cls, info: CheckpointInfo, call: Call) -> None:
-        """Log a WARNING with :func:`run_size_estimate` when the call's transformer sequence has
-        more than :data:`LARGE_RUN_FACTOR` times the tokens of the checkpoint's default size."""
-        size = cls.model_size(info, call)
-        d = info.defaults
-        base = cls.model_size(
-            info,
-            dataclasses.replace(
-                call, height=d.height, width=d.width, num_frames=cls.resolve_num_frames(info, d.num_frames)
-            ),
-        )
-        if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
-            return
-        batch = call.batch * (2 if call.do_cfg else 1)
-        elements = int(np.prod(cls.latent_shape(info, call)))
-        est = run_memory_estimate(size, batch, elements, call.num_frames, call.height, call.width, videos=call.batch)
-        logger.warning(
-            "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s",
-            size_words(call),
-            d.height,
-            d.width,
-            d.num_frames,
-            size.tokens / base.tokens,
-            run_size_estimate(size, batch, est),
-        )
 
     @classmethod
     def memory_estimate(
@@ -496,7 +497,7 @@ class MemoryChecks:
         (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
         estimate and the largest height x width that fits; with ``refuse=False`` log that as a
         WARNING and go on. A call that fits but is far beyond the checkpoint's default size gets
-        :meth:`warn_if_large`'s WARNING.
+        :func:`warn_if_large`'s WARNING.
 
         Where the VAE can decode in tiles and the untiled decode does not fit, the tiled decode
         is counted: the estimate returned then has ``vae_tiling`` set (the caller turns tiling
@@ -540,7 +541,7 @@ class MemoryChecks:
                     what,
                     est.describe(),
                 )
-            cls.warn_if_large(info, call)
+            warn_if_large(cls, info, call)
             return est
         per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
         needs = f"needs {est.describe()}{per}, more than the {_gib(free)} of {what}"

@@ -16,6 +16,7 @@ from vidax.errors import Arg, Cancelled, InputError, NumericalError
 from vidax.nn.precision import matmul_precision
 from vidax.pipelines.call import Call
 from vidax.pipelines.common import progress_bar, status
+from vidax.pipelines.prompts import encode_with
 from vidax.pipelines.sampling import all_finite, nonfinite_advice
 from vidax.pipelines.staging import transformers_of
 from vidax.stats import RunStats
@@ -161,14 +162,15 @@ def decode_audio(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> 
         if call.cancel is not None and call.cancel():
             raise Cancelled(f"before the audio decode (all {call.num_inference_steps} denoising steps done)")
         # De-normalised with the decoder on the device: its statistics may be checkpoint tensors.
-        out = pipe.encode_with(
+        out = encode_with(
+            pipe,
             pipe.audio_decoder_name,
             lambda z: decoder.decode(decoder.denormalize_latents(z)),
             pipe.audio_latents_to_decode(call, latents),
         )
         check_finite("the audio decode", out, nnx.state(decoder, nnx.Param))
         if vocoder is not None:
-            out = pipe.encode_with(pipe.vocoder_name, vocoder, out)
+            out = encode_with(pipe, pipe.vocoder_name, vocoder, out)
             check_finite("the vocoder", out, nnx.state(vocoder, nnx.Param))
             rate = vocoder.sample_rate
         else:

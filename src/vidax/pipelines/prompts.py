@@ -138,10 +138,10 @@ class PromptEncoding:
         return out
 
     def encode_call(self, call: Call) -> Any:
-        """The call's text embeddings before the per-video repeat: :meth:`encode_prompts` of
+        """The call's text embeddings before the per-video repeat: :func:`encode_prompts` of
         :func:`prompt_texts`; a family whose prompt encoding also reads the call (an image
         spliced into the text encoder's sequence) overrides it."""
-        return self.encode_prompts(prompt_texts(call), call.max_sequence_length, text_truncation(call))
+        return encode_prompts(self, prompt_texts(call), call.max_sequence_length, text_truncation(call))
 
     def encode_prompt(self, *args: Any, **kwargs: Any) -> None:
         """diffusers' ``pipe.encode_prompt(prompt, negative_prompt, ...)``: vidax's is
@@ -156,18 +156,21 @@ class PromptEncoding:
             "same video"
         )
 
-    def encode_prompts(
-        self, prompts: Sequence[str], max_sequence_length: int, truncation: Truncation | None = None
-    ) -> jax.Array:
-        """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (the family's
-        :meth:`encode_text`), a staged text encoder placed on the device for the call only;
-        ``truncation``: how a too-long prompt is named in the warning (:func:`text_truncation`)."""
-        return self.encode_with("text_encoder", self.encode_text, list(prompts), max_sequence_length, truncation)
 
-    def encode_with(self, name: str, fn: Callable, *args: Any) -> Any:
-        """``fn(*args)`` with component ``name`` on the device (staged components are placed for
-        the call only), its result complete before the weights leave."""
-        with self.staging.on_device(name), self.precision():
-            out = fn(*args)
-            jax.block_until_ready(out)
-        return out
+def encode_prompts(
+    pipe: Any, prompts: Sequence[str], max_sequence_length: int, truncation: Truncation | None = None
+) -> jax.Array:
+    """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (``pipe``'s family hook
+    ``encode_text``), a staged text encoder placed on the device for the call only;
+    ``truncation``: how a too-long prompt is named in the warning (:func:`text_truncation`)."""
+    return encode_with(pipe, "text_encoder", pipe.encode_text, list(prompts), max_sequence_length, truncation)
+
+
+def encode_with(pipe: Any, name: str, fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` with ``pipe``'s component ``name`` on the device (a staged component is placed
+    for the call only, :attr:`~vidax.pipelines.base.VideoPipeline.staging`) at the pipeline's
+    matmul precision, its result complete before the weights leave."""
+    with pipe.staging.on_device(name), pipe.precision():
+        out = fn(*args)
+        jax.block_until_ready(out)
+    return out

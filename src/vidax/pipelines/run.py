@@ -123,17 +123,13 @@ def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
     phase = ["text encoding"]
     pipe._interrupt = False
     try:
-        scale = (
-            contextlib.nullcontext()
-            if call.lora_scale is None or pipe._lora is None
-            else pipe._lora.call_scale(call.lora_scale)
-        )
+        scale = contextlib.nullcontext() if call.lora_scale is None else pipe.lora.call_scale(call.lora_scale)
         with pipe.precision(), scale:
             return run_call(pipe, call, phase)
     except NumericalError as e:
         from vidax.lora.adapters import LARGE_SCALE
 
-        scales = None if pipe._lora is None else pipe._lora.scales_in_use(at_least=LARGE_SCALE)
+        scales = pipe.lora.scales_in_use(at_least=LARGE_SCALE)
         if scales is None:
             raise
         error = NumericalError(

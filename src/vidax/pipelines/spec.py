@@ -29,10 +29,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from vidax.checkpoint import CallDefaults, CheckpointInfo
-from vidax.errors import InputError
+from vidax.errors import ConfigError, InputError
 from vidax.pipelines.call import Call
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.registry import registry
+from vidax.schedulers import scheduler_from_config
 
 #: The config fields of a transformer's attention head counts (each splits over tensor x sequence).
 HEAD_FIELDS = ("num_attention_heads", "audio_num_attention_heads")
@@ -235,7 +236,7 @@ class FamilySpec:
 
     def check_checkpoint(self, mesh: Any = None) -> None:
         """The checks of a checkpoint that need no call and no weights: its scheduler (the
-        pipeline's ``read_scheduler``) and, on ``mesh``, that each transformer's attention heads
+        pipeline's :func:`read_scheduler`) and, on ``mesh``, that each transformer's attention heads
         split over ``tensor x sequence``. ``vidax generate`` runs them with the mesh of
         ``--dp/--tp/--sp`` before loading.
 
@@ -245,7 +246,7 @@ class FamilySpec:
         """
         from vidax.parallel.mesh import check_heads
 
-        self.pipeline.read_scheduler(self.info)
+        read_scheduler(self.pipeline, self.info)
         for what, heads in self.attention_heads:
             check_heads(mesh, heads, what)
 
@@ -277,6 +278,29 @@ def _components(pipeline: type, info: CheckpointInfo) -> tuple[ComponentEntry, .
 
 
 # ---------------------------------------------------------------------- a family's declarations
+def read_scheduler(cls: type, info: CheckpointInfo) -> Any:
+    """The checkpoint's scheduler for the pipeline class ``cls``, built from its config (every
+    setting checked), or None when the checkpoint has no ``scheduler`` component.
+
+    Raises:
+        ConfigError: a scheduler class vidax does not implement or the family does not run
+            (``cls.scheduler_classes``), or a setting it does not implement (e.g. a
+            ``prediction_type``).
+    """
+    ckpt = info.checkpoint
+    if not ckpt.has("scheduler"):
+        return None
+    config, file = ckpt.config("scheduler"), ckpt.config_file("scheduler")
+    name = config.get("_class_name")
+    if (
+        cls.scheduler_classes is not None
+        and name in {s.class_name for s in registry().components("scheduler")}
+        and name not in cls.scheduler_classes
+    ):
+        raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs {' or '.join(cls.scheduler_classes)}")
+    return scheduler_from_config(config, source=file)
+
+
 def diffusers_classes(pipeline: type) -> tuple[str, ...]:
     """The diffusers pipeline classes (model_index.json's ``_class_name``) registered to run as
     ``pipeline`` (its own name where none is)."""

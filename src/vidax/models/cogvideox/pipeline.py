@@ -46,6 +46,7 @@ from vidax.pipelines.base import (
 )
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.prompts import encode_with
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
@@ -308,7 +309,7 @@ class CogVideoXPipeline(VideoPipeline):
             images = as_list(call.image)
             images = images * call.batch if len(images) == 1 else images
             pixels = np.stack([vae_image_preprocess(im, call.height, call.width) for im in images])[:, None]
-            mean, logvar = self.encode_with("vae", self.vae.encode, pixels)  # (B, 1, h, w, C) each
+            mean, logvar = encode_with(self, "vae", self.vae.encode, pixels)  # (B, 1, h, w, C) each
             shape = (call.batch, mean.shape[-1], 1) + mean.shape[2:4]
             noise = call.extra.get("image_noise")  # its shape and values checked by check_noise
             if noise is None:

@@ -55,6 +55,7 @@ from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import VIDEO_FILE, CallOption
+from vidax.pipelines.prompts import encode_with
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -342,7 +343,7 @@ class CosmosPredictPipeline(VideoPipeline):
         pixels, n = self.condition_pixels(call)
         if pixels is not None:
             with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
-                mean, _ = self.encode_with("vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
+                mean, _ = encode_with(self, "vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
                 z = self.vae.normalize_latents(mean)[:, :n]
                 cond_latents = cond_latents.at[:, :n].set(jnp.broadcast_to(z, (b,) + z.shape[1:]))
             stats.sample_memory()

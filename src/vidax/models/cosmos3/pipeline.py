@@ -63,6 +63,7 @@ from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_text
 from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
+from vidax.pipelines.prompts import encode_with
 from vidax.pipelines.step_inputs import StepInputs
 
 _F32 = jnp.float32
@@ -468,7 +469,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         x0 = jnp.zeros((call.batch, t, h, w, c), _F32)
         if pixels is not None:
             with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
-                mean, _ = self.encode_with("vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
+                mean, _ = encode_with(self, "vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
                 z = self.vae.normalize_latents(mean)
                 for i in idx:
                     x0 = x0.at[:, i].set(jnp.broadcast_to(z[:, i], (call.batch,) + z.shape[2:]))

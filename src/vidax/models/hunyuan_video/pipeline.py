@@ -64,6 +64,8 @@ from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.prompts import encode_with
+from vidax.pipelines.spec import read_scheduler
 from vidax.pipelines.step_inputs import StepInputs
 
 logger = logging.getLogger("vidax.pipeline")
@@ -381,7 +383,7 @@ class HunyuanVideoPipeline(VideoPipeline):
         """
         call = check_sigmas(
             super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
-            cls.read_scheduler(info),
+            read_scheduler(cls, info),
             cls.schedule,
         )
         extra = dict(call.extra)
@@ -452,7 +454,7 @@ class HunyuanVideoPipeline(VideoPipeline):
         with self.staging.on_device("text_encoder"):
             embeds, mask = self.llama_embeds(call, texts)
             jax.block_until_ready(embeds)
-        pooled = self.encode_with("text_encoder_2", self.clip_pooled, texts, text_truncation(call))
+        pooled = encode_with(self, "text_encoder_2", self.clip_pooled, texts, text_truncation(call))
         return embeds, mask, pooled
 
     def encode_text(self, texts, max_sequence_length, truncation=None) -> tuple:
@@ -723,7 +725,7 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         cond = super().condition(call, stats)
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             pixels = vae_image_preprocess(to_rgb_image(call.image), call.height, call.width)  # (H, W, 3) in [-1, 1]
-            mean, _ = self.encode_with("vae", self.vae.encode, pixels[None, None])
+            mean, _ = encode_with(self, "vae", self.vae.encode, pixels[None, None])
             cond["image"] = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return cond

@@ -59,7 +59,9 @@ from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, enco
 from vidax.models.hunyuan_video15.vae import TILED_DECODE_SAMPLE_TILE
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable
+from vidax.pipelines.prompts import encode_with
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
+from vidax.pipelines.spec import read_scheduler
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -139,7 +141,7 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         """
         call = check_sigmas(
             super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
-            cls.read_scheduler(info),
+            read_scheduler(cls, info),
             HunyuanVideoPipeline.schedule,
         )
         g = info.guider_config
@@ -182,10 +184,10 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         """``(text (B', L1, D), mask (B', L1), glyph (B', L2, D2), glyph mask (B', L2))`` of the
         prompts, then the negatives when CFG runs; each encoder on the device only while it runs."""
         texts = prompt_texts(call)
-        text, mask = self.encode_with(
-            "text_encoder", self.text_states, texts, call.max_sequence_length, text_truncation(call)
+        text, mask = encode_with(
+            self, "text_encoder", self.text_states, texts, call.max_sequence_length, text_truncation(call)
         )
-        glyph, glyph_mask = self.encode_with("text_encoder_2", self.glyph_states, texts)
+        glyph, glyph_mask = encode_with(self, "text_encoder_2", self.glyph_states, texts)
         return text, jnp.asarray(mask), glyph, jnp.asarray(glyph_mask)
 
     def encode_text(self, texts, max_sequence_length, truncation=None) -> tuple:
@@ -333,10 +335,10 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             image = resize_and_crop(call.image, call.height, call.width)
             pixels = siglip_preprocess(image, self.feature_extractor_config, do_resize=True, do_convert_rgb=True)
-            tokens = self.encode_with("image_encoder", self.image_encoder, jnp.asarray(pixels, jnp.float32)[None])
+            tokens = encode_with(self, "image_encoder", self.image_encoder, jnp.asarray(pixels, jnp.float32)[None])
             cond["image_embeds"] = jnp.repeat(tokens, call.batch, axis=0).astype(self.dtype)
             video = vae_image_preprocess(image, call.height, call.width)[None, None]  # already that size: no resize
-            mean, _ = self.encode_with("vae", self.vae.encode, video)
+            mean, _ = encode_with(self, "vae", self.vae.encode, video)
             cond["image"] = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return cond

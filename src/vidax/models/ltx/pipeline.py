@@ -39,6 +39,7 @@ from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
+from vidax.pipelines.prompts import encode_with
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
 
@@ -342,7 +343,7 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         C)``: a posterior sample ``mean + std * noise`` (``retrieve_latents``, noise from ``key``),
         normalised as the reference's ``_normalize_latents(z, latents_mean, latents_std)``: without
         the scaling factor (the reference's default 1.0 there; every released config has 1.0)."""
-        mean, logvar = self.encode_with("vae", self.vae.encode, jnp.asarray(pixels)[None])
+        mean, logvar = encode_with(self, "vae", self.vae.encode, jnp.asarray(pixels)[None])
         z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
         return normalize_latents(z.astype(jnp.float32), self.vae.latents_mean[...], self.vae.latents_std[...])
 

@@ -3,7 +3,7 @@ pipelines/ltx/pipeline_ltx_latent_upsample.py).
 
 Not a denoising pipeline: no text, no transformer, no scheduler. It is a
 :class:`~vidax.pipelines.base.VideoPipeline` only for what the base already owns and it needs
-(the registry contract, ``from_pretrained`` / :meth:`VideoPipeline.load_component`, the VAE
+(the registry contract, ``from_pretrained`` / :func:`~vidax.pipelines.loading.load_component`, the VAE
 decode loop with its staging and NaN checks) and overrides ``__call__`` with the reference's
 signature; the LTX decode hooks (decode noise, decode timestep) are :class:`LTXDecode`'s.
 The latent maths is :func:`vidax.models.ltx.upsampler.upsample_latents`.
@@ -30,8 +30,11 @@ from vidax.models.ltx.pipeline import LTXDecode, checked_number
 from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.nn.precision import describe_matmul_precision
 from vidax.pipelines.base import VideoPipeline, finite_array
+from vidax.pipelines.call_checks import refused_keyword
 from vidax.pipelines.common import VideoPipelineOutput
+from vidax.pipelines.loading import load_weighted
 from vidax.pipelines.options import SHARED_OPTIONS, options_by_name
+from vidax.pipelines.prompts import encode_with
 from vidax.pipelines.staging import Staging
 from vidax.stats import RunStats
 
@@ -177,9 +180,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         checked against their models before either is read."""
         from vidax.nn.inputs import parse_dtype
 
-        return cls.load_weighted(
-            info, {"vae": dict(dtype=parse_dtype(vae_dtype)), "latent_upsampler": dict(dtype=dtype)}
-        )
+        return load_weighted(info, {"vae": dict(dtype=parse_dtype(vae_dtype)), "latent_upsampler": dict(dtype=dtype)})
 
     def check_upsample_call(
         self,
@@ -264,7 +265,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         """A VAE posterior sample ``(1, F', H', W', C)`` float32 of the video's frames resized to
         ``height x width`` (the reference's ``retrieve_latents(vae.encode(video), generator)``)."""
         pixels = np.stack([vae_image_preprocess(f, call.height, call.width) for f in call.video])
-        mean, logvar = self.encode_with("vae", self.vae.encode, jnp.asarray(pixels)[None])
+        mean, logvar = encode_with(self, "vae", self.vae.encode, jnp.asarray(pixels)[None])
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
         z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
         return z.astype(jnp.float32)
@@ -286,7 +287,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         SHARED["return_dict"].check(return_dict)
         unknown = sorted(set(kwargs) - set(self.upsample_call_args))
         for u in unknown:
-            entry = self.refused_keyword(u)
+            entry = refused_keyword(type(self), u)
             if entry is not None:
                 raise InputError(f"{type(self).__name__} takes no {u!r} (diffusers' {u}=): {entry.message()}")
         out = self._upsample_call(video, height, width, latents, unknown, kwargs)

@@ -26,6 +26,7 @@ from vidax.errors import Arg, InputError
 from vidax.models.ltx.upsampler import normalize_latents
 from vidax.models.ltx2.pipeline import LTX2Pipeline
 from vidax.pipelines.options import CallOption
+from vidax.pipelines.prompts import encode_with
 
 _F32 = jnp.float32
 
@@ -102,5 +103,5 @@ class LTX2ConditionedPipeline(LTX2Pipeline):
         """Frames ``(F, H, W, 3)`` float32 in [-1, 1] -> their normalised latent ``(1, F', H',
         W', C)``: the VAE posterior's mode (``retrieve_latents(..., "argmax")``), ``(z - mean) /
         std`` (no scaling factor, as the reference's ``_normalize_latents`` default)."""
-        mean, _ = self.encode_with("vae", self.vae.encode, jnp.asarray(pixels)[None])
+        mean, _ = encode_with(self, "vae", self.vae.encode, jnp.asarray(pixels)[None])
         return normalize_latents(mean.astype(_F32), self.vae.latents_mean[...], self.vae.latents_std[...])

@@ -56,6 +56,7 @@ from vidax.pipelines.base import ModelSize, VideoPipeline, finite_array, frames_
 from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, CallOption, int_list
+from vidax.pipelines.prompts import encode_prompts, encode_with
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
 
 logger = logging.getLogger("vidax.pipeline")
@@ -570,7 +571,7 @@ class LTX2Pipeline(LTXPipeline):
         (:func:`~vidax.models.ltx2.duration_head.duration_num_frames`)."""
         from vidax.models.ltx2.duration_head import duration_num_frames
 
-        video, audio, _ = self.encode_prompts(call.prompts[:1], call.max_sequence_length)
+        video, audio, _ = encode_prompts(self, call.prompts[:1], call.max_sequence_length)
         seconds = float(np.asarray(self.duration_head(video, audio))[0])
         x = call.extra
         frames = duration_num_frames(
@@ -611,8 +612,8 @@ class LTX2Pipeline(LTXPipeline):
     def encode_prompt_parts(self, call) -> tuple:
         """``prompt_embeds`` / ``prompt_attention_mask`` as diffusers' ``encode_prompt`` makes
         them: :meth:`gemma_states`, before the connectors."""
-        return self.encode_with(
-            "text_encoder", self.gemma_states, prompt_texts(call), call.max_sequence_length, text_truncation(call)
+        return encode_with(
+            self, "text_encoder", self.gemma_states, prompt_texts(call), call.max_sequence_length, text_truncation(call)
         )
 
     def context_of_parts(self, parts: tuple) -> tuple:

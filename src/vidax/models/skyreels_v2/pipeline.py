@@ -35,6 +35,7 @@ from vidax.models.wan.config import WanInfo
 from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 from vidax.pipelines.base import cfg_pair
 from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
+from vidax.pipelines.prompts import encode_with
 from vidax.schedulers.base import StepIndexed, register_state
 
 
@@ -464,7 +465,7 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingP
                     for im, n in zip(images, names)
                 ]
             )
-            mean, _ = self.encode_with("vae", self.vae.encode, pixels[:, None])
+            mean, _ = encode_with(self, "vae", self.vae.encode, pixels[:, None])
             z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         n = call.batch
@@ -579,7 +580,7 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
         overlap = call.extra["overlap_history"]
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             pixels = self.video_pixels(call)[-overlap:]
-            mean, _ = self.encode_with("vae", self.vae.encode, pixels[None])
+            mean, _ = encode_with(self, "vae", self.vae.encode, pixels[None])
             z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return {"video_latents": z}

@@ -42,6 +42,7 @@ from vidax.pipelines.common import prompt_clean
 from vidax.pipelines.experts import expert_for_steps
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import IMAGE_FILE, OBJECT, CallOption
+from vidax.pipelines.prompts import encode_with
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -228,7 +229,7 @@ class WanPipeline(VideoPipeline):
                 video[0, 0] = pixels
                 if last_rgb is not None:
                     video[0, -1] = vae_image_preprocess(last_rgb, call.height, call.width, name="last_image")
-            mean, _ = self.encode_with("vae", self.vae.encode, video)  # the posterior's mode ("argmax")
+            mean, _ = encode_with(self, "vae", self.vae.encode, video)  # the posterior's mode ("argmax")
             z = jnp.repeat(self.vae.normalize_latents(mean), batch, axis=0)
             if info.expand_timesteps:
                 cond["first_frame"] = z
