@@ -87,12 +87,12 @@ def test_builds_with_reference_parameters(path):
 def test_decoders_trace_at_released_size(repo):
     """3 latent frames of 16 x 24 -> 17 frames of 512 x 768; 25 audio latent frames (1 s) -> 97 mel
     frames -> the vocoder's 24 / 48 kHz waveform; abstractly (no compile)."""
-    from vidax.models.ltx.vae import _Tile
+    from vidax.models.ltx.tiles import Tile
 
     _, vae = _abstract(f"{REFERENCE_CONFIGS}/{repo}/vae/config.json")
     graphdef, state = nnx.split(vae.decoder)
     out = jax.eval_shape(
-        lambda s, z: nnx.merge(graphdef, s)(z, None, _Tile(None)),
+        lambda s, z: nnx.merge(graphdef, s)(z, None, Tile(None)),
         state,
         jax.ShapeDtypeStruct((1, 3, 16, 24, 128), jnp.float32),
     )

@@ -20,7 +20,8 @@ from flax import nnx
 from tests.parity.helpers import assert_reference_parameters
 from tests.paths import REFERENCE_CONFIGS
 from vidax.models.ltx.config import LTXVAEConfig
-from vidax.models.ltx.vae import LTXVideoVAE, _Tile
+from vidax.models.ltx.tiles import Tile
+from vidax.models.ltx.vae import LTXVideoVAE
 from vidax.nn.buffer import Buffer
 from vidax.weights.loader import KeyRules
 
@@ -68,7 +69,7 @@ def test_decoder_tile_traces_at_released_size():
     graphdef, state = nnx.split(vae.decoder)
 
     def decode(state, z, t):
-        return nnx.merge(graphdef, state)(z, t, _Tile(None))
+        return nnx.merge(graphdef, state)(z, t, Tile(None))
 
     out = jax.eval_shape(
         decode, state, jax.ShapeDtypeStruct((1, 3, 16, 24, 128), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.float32)

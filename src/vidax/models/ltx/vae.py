@@ -31,13 +31,13 @@ decoder also injects spatial noise after its convolutions (``decoder_inject_nois
 channels, as the reference). Mixing noise into the latents before decoding
 (``decode_noise_scale``) is the pipeline's step, not the VAE's.
 
-Tiling (:class:`LTXTiling`): the reference's ``tiled_encode`` / ``tiled_decode`` (spatial,
+Tiling (:class:`~vidax.models.ltx.tiles.LTXTiling`): the reference's ``tiled_encode`` / ``tiled_decode`` (spatial,
 ``enable_tiling``) and ``_temporal_tiled_encode`` / ``_temporal_tiled_decode`` (its
 ``use_framewise_decoding``), blended by :mod:`vidax.nn.tiling` as the reference blends (in place,
 neighbours as already blended, on the host in float32). Off by default, as in the diffusers LTX
 pipelines. Every decode tile (the smaller ones at the clip's end and at the frame's bottom and
 right edges included) is padded at its end to the largest tile's latent shape and decoded with its
-real extent by one jitted function, so a tiled decode compiles one program (:class:`_Tile`: the
+real extent by one jitted function, so a tiled decode compiles one program (:class:`~vidax.models.ltx.tiles.Tile`: the
 padded convolutions see what the tile alone would, to float32 rounding); results are cropped and
 copied to host memory as each tile ends, and :meth:`LTXVideoVAE.iter_decode` yields each temporal
 tile's frames as soon as they are final.
@@ -50,7 +50,6 @@ outputs are float32.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import math
 from collections.abc import Iterator
@@ -62,6 +61,7 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.models.ltx.config import LTXVAEConfig
+from vidax.models.ltx.tiles import LTXTiling, Tile
 from vidax.nn import tiling as tile_loop
 from vidax.nn.buffer import Buffer
 from vidax.nn.inputs import check_video_array
@@ -75,141 +75,8 @@ TRACE_COUNTS: collections.Counter = collections.Counter()
 
 
 # --------------------------------------------------------------------------------------------
-# Tiling settings
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class LTXTiling:
-    """The reference's tiling switches and sizes (``AutoencoderKLLTXVideo.__init__`` defaults).
-
-    Attributes:
-        spatial: ``use_tiling`` (``enable_tiling()``): tiles when a frame is larger than a tile.
-        temporal: ``use_framewise_decoding``: temporal tiles when the clip is longer than one
-            (the reference uses this one switch for encode and decode).
-        tile_sample_min_height, tile_sample_min_width, tile_sample_min_num_frames: tile size in
-            pixels / frames (512, 512, 16).
-        tile_sample_stride_height, tile_sample_stride_width, tile_sample_stride_num_frames:
-            distance between tiles (448, 448, 8); ``min - stride`` is the blend width.
-    """
-
-    spatial: bool = True
-    temporal: bool = False
-    tile_sample_min_height: int = 512
-    tile_sample_min_width: int = 512
-    tile_sample_min_num_frames: int = 16
-    tile_sample_stride_height: int = 448
-    tile_sample_stride_width: int = 448
-    tile_sample_stride_num_frames: int = 8
-
-    def check(self, config: LTXVAEConfig) -> None:
-        """Raises InputError when a size is not a positive integer or a latent stride is 0."""
-        tile_loop.check_tiling_fields(self, "LTXTiling.")
-        s, t = config.spatial_compression, config.temporal_compression
-        for name, v, k in (
-            ("tile_sample_stride_height", self.tile_sample_stride_height, s),
-            ("tile_sample_stride_width", self.tile_sample_stride_width, s),
-            ("tile_sample_stride_num_frames", self.tile_sample_stride_num_frames, t),
-            ("tile_sample_min_height", self.tile_sample_min_height, s),
-            ("tile_sample_min_width", self.tile_sample_min_width, s),
-            ("tile_sample_min_num_frames", self.tile_sample_min_num_frames, t),
-        ):
-            if v // k < 1:
-                raise InputError(
-                    f"LTXTiling.{name}={v} is smaller than the VAE's compression {k}; the "
-                    "latent tile / stride would be 0"
-                )
-
-
-# --------------------------------------------------------------------------------------------
 # Layers
 # --------------------------------------------------------------------------------------------
-
-
-class _Tile:
-    """One encoder or decoder call's context: the decoder's noise draws, handed out in call
-    order, and the real tile inside a padded one.
-
-    :meth:`prepare` makes all of one decoder call's draws with a single ``jax.random.normal``
-    over their total size (one random-bits computation to compile instead of one per draw) and
-    :meth:`normal` returns the next ``(h, w)`` draw of it.
-
-    ``extent`` (None: the whole input is the tile) is a traced int32 ``(3,)``: the frames, rows
-    and columns of the real tile, which starts at the padded input's first frame, row and column.
-    The convolutions then give the real tile's values exactly as if it were decoded alone (see
-    :meth:`fix`), and the noise draws are the real tile's: a padded tile's ``(H, W)`` draw holds
-    the real ``(h, w)`` draw's values at its first rows and columns (the draws read one flat
-    normal array of the real sizes' offsets; JAX's partitionable threefry gives the same values
-    for a prefix of a longer draw). Every up-sampler multiplies the extent (:meth:`upsample`), so
-    one compiled program serves every tile of a padded size.
-    """
-
-    def __init__(self, key: jax.Array | None, extent: jax.Array | None = None):
-        self.key = key
-        self.extent = None if extent is None else tuple(extent[i] for i in range(3))
-        self.draws: list[jax.Array] = []
-
-    def prepare(self, shapes: list[tuple[int, int]], real: list | None = None) -> None:
-        """Make the draws of ``shapes`` (the padded input's); ``real``: the real tile's (traced
-        sizes, in the same order), given with an extent."""
-        if not shapes:
-            return
-        if self.key is None:
-            raise ValueError("this decoder injects noise; pass a noise key")
-        flat = jax.random.normal(self.key, (sum(h * w for h, w in shapes),), _F32)
-        if self.extent is None:
-            offsets = np.cumsum([0] + [h * w for h, w in shapes])
-            self.draws = [flat[a:b].reshape(hw) for a, b, hw in zip(offsets[:-1], offsets[1:], shapes)]
-            return
-        # The real tile's draws: (h, w) at each up-sampler's scale of the real extent, at their
-        # offsets in a flat draw of the real sizes; rows and columns past them are never read.
-        offset = jnp.asarray(0, jnp.int32)
-        for (hh, ww), (rh, rw) in zip(shapes, real):
-            index = offset + jnp.arange(hh, dtype=jnp.int32)[:, None] * rw + jnp.arange(ww, dtype=jnp.int32)[None]
-            self.draws.append(jnp.take(flat, index, mode="clip"))
-            offset = offset + rh * rw
-
-    def normal(self, shape, dtype) -> jax.Array:
-        draw = self.draws.pop(0)
-        if draw.shape != tuple(shape):
-            raise ValueError(f"noise draw of shape {draw.shape} prepared, {tuple(shape)} asked for")
-        return draw.astype(dtype)
-
-    def upsample(self, stride: tuple[int, int, int]) -> None:
-        """The extent after an up-sampler of ``stride`` (``T -> st T - st + 1``, ``H -> sh H``, ...)."""
-        if self.extent is not None:
-            t, h, w = self.extent
-            self.extent = (t * stride[0] - (stride[0] - 1), h * stride[1], w * stride[2])
-
-    def fix(self, x: jax.Array, pad_mode: str | None, is_causal: bool, kt: int) -> jax.Array:
-        """``x (B, T, H, W, C)`` with the entries just past the real tile that a ``kt``-tap
-        convolution reads set to what its padding of the real tile alone would put there:
-        zeros (``pad_mode`` None), the reflection of the tile's last rows / columns
-        (``"reflect"``), and (not causal) copies of its last frame. Unchanged without an
-        extent."""
-        if self.extent is None or kt == 1:
-            return x
-        t, h, w = self.extent
-        p = kt // 2
-        for axis, n in ((2, h), (3, w)):
-            index = _index(x, axis)
-            if pad_mode is None:
-                x = jnp.where(index < n, x, jnp.zeros((), x.dtype))
-            else:  # reflect: entry n - 1 + j is entry n - 1 - j
-                for j in range(1, p + 1):
-                    x = jnp.where(index == n - 1 + j, jax.lax.dynamic_slice_in_dim(x, n - 1 - j, 1, axis), x)
-        if not is_causal:  # replicate: entries t - 1 + j are entry t - 1
-            index = _index(x, 1)
-            last = jax.lax.dynamic_slice_in_dim(x, t - 1, 1, 1)
-            x = jnp.where((index >= t) & (index < t + (kt - 1) // 2), last, x)
-        return x
-
-
-def _index(x: jax.Array, axis: int) -> jax.Array:
-    """The int32 positions along ``axis``, shaped to broadcast against ``x``."""
-    shape = [1] * x.ndim
-    shape[axis] = x.shape[axis]
-    return jnp.arange(x.shape[axis], dtype=jnp.int32).reshape(shape)
 
 
 class LTXVideoCausalConv3d(nnx.Module):
@@ -233,9 +100,9 @@ class LTXVideoCausalConv3d(nnx.Module):
         self.conv = Conv(cin, cout, (k, k, k), stride=(stride,) * 3, padding=zero_pad,
                          dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # fmt: skip
 
-    def __call__(self, x: jax.Array, tile: _Tile | None = None) -> jax.Array:
-        """``tile``: the decoder call's :class:`_Tile` (its extent: the real tile inside a
-        padded input, :meth:`_Tile.fix`)."""
+    def __call__(self, x: jax.Array, tile: Tile | None = None) -> jax.Array:
+        """``tile``: the decoder call's :class:`~vidax.models.ltx.tiles.Tile` (its extent: the real tile inside a
+        padded input, :meth:`Tile.fix`)."""
         x = x.astype(self.conv.dtype)
         if tile is not None:
             x = tile.fix(x, self.pad_mode, self.is_causal, self.kt)
@@ -282,11 +149,11 @@ class LTXVideoResnetBlock3d(nnx.Module):
             nnx.Param(jax.random.normal(rngs.params(), (4, cin), _F32) / cin**0.5) if timestep_conditioning else None
         )
 
-    def _noise(self, h: jax.Array, scale: nnx.Param, tile: _Tile) -> jax.Array:
+    def _noise(self, h: jax.Array, scale: nnx.Param, tile: Tile) -> jax.Array:
         draw = tile.normal(h.shape[2:4], h.dtype)  # (H, W): one draw over batch, frames, channels
         return h + draw[None, None, :, :, None] * scale[...].reshape(-1).astype(h.dtype)
 
-    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: _Tile) -> jax.Array:
+    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: Tile) -> jax.Array:
         h = rms_norm(x, _RMS_EPS, x.dtype)
         if self.scale_shift_table is not None:
             t = temb.reshape(temb.shape[0], 4, -1) + self.scale_shift_table[...].astype(_F32)
@@ -365,7 +232,7 @@ class LTXVideoUpsampler3d(nnx.Module):
             rngs=rngs,
         )
 
-    def __call__(self, x: jax.Array, tile: _Tile | None = None) -> jax.Array:
+    def __call__(self, x: jax.Array, tile: Tile | None = None) -> jax.Array:
         drop = self.stride[0] - 1
         h = _depth_to_space(self.conv(x, tile), self.stride)[:, drop:]
         if tile is not None:
@@ -400,7 +267,7 @@ class LTXVideoDownBlock3D(nnx.Module):
             else None
         )
 
-    def __call__(self, x: jax.Array, tile: _Tile) -> jax.Array:
+    def __call__(self, x: jax.Array, tile: Tile) -> jax.Array:
         for resnet in self.resnets:
             x = resnet(x, None, tile)
         for down in self.downsamplers or ():
@@ -423,7 +290,7 @@ class LTXVideoMidBlock3d(nnx.Module):
             for _ in range(layers)
         ])  # fmt: skip
 
-    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: _Tile) -> jax.Array:
+    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: Tile) -> jax.Array:
         emb = self.time_embedder(temb) if self.time_embedder is not None else None
         for resnet in self.resnets:
             x = resnet(x, emb, tile)
@@ -454,7 +321,7 @@ class LTXVideoUpBlock3d(nnx.Module):
             LTXVideoResnetBlock3d(cout, cout, eps, is_causal, noise, tc, **kw) for _ in range(block["layers"])
         ])  # fmt: skip
 
-    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: _Tile) -> jax.Array:
+    def __call__(self, x: jax.Array, temb: jax.Array | None, tile: Tile) -> jax.Array:
         if self.conv_in is not None:  # never with timestep conditioning (LTXVAEConfig refuses it)
             x = self.conv_in(x, None, tile)
         emb = self.time_embedder(temb) if self.time_embedder is not None else None
@@ -494,7 +361,7 @@ class LTXVideoEncoder3d(nnx.Module):
         p = self.patch
         x = x.reshape(b, f, h // p, p, w // p, p, c).transpose(0, 1, 2, 4, 6, 5, 3)
         x = x.reshape(b, f, h // p, w // p, c * p * p)
-        tile = _Tile(None)
+        tile = Tile(None)
         x = self.conv_in(x)
         for block in self.down_blocks:
             x = block(x, tile)
@@ -538,7 +405,7 @@ class LTXVideoDecoder3d(nnx.Module):
                 shapes += [(h, w)] * (2 if resnet.per_channel_scale1 is not None else 0)
         return shapes
 
-    def __call__(self, z: jax.Array, temb: jax.Array | None, tile: _Tile) -> jax.Array:
+    def __call__(self, z: jax.Array, temb: jax.Array | None, tile: Tile) -> jax.Array:
         real = None if tile.extent is None else self.noise_shapes(tile.extent[1], tile.extent[2])
         tile.prepare(self.noise_shapes(z.shape[2], z.shape[3]), real)
         x = self.conv_in(z, tile)
@@ -863,7 +730,7 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
         """The function decoding one tile ``z (B, t, h, w, C_z)`` (host) to host frames.
 
         With ``tile_shape`` ``(T, H, W)`` every tile is padded at its end to that many latent
-        frames, rows and columns, decoded with its real extent (:class:`_Tile`: the values the
+        frames, rows and columns, decoded with its real extent (:class:`~vidax.models.ltx.tiles.Tile`: the values the
         tile alone gives, to float32 rounding) and cropped: one compiled program for the edge
         tiles and the full ones alike. None: decoded as it is (the untiled decode)."""
         graphdef, state = nnx.split(self.decoder)
@@ -974,7 +841,7 @@ def _encode_fn(graphdef, state, x):
 @functools.partial(jax.jit, static_argnums=(0,))
 def _decode_fn(graphdef, state, z, temb, key, extent):
     TRACE_COUNTS["decode"] += 1
-    return nnx.merge(graphdef, state)(z, temb, _Tile(key, extent)).astype(_F32)
+    return nnx.merge(graphdef, state)(z, temb, Tile(key, extent)).astype(_F32)
 
 
 def _decoded_frames(config: LTXVAEConfig, frames: int) -> int:

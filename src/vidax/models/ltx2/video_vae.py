@@ -21,7 +21,8 @@ which is LTX-Video's.
 
 from __future__ import annotations
 
-from vidax.models.ltx.vae import LTXTiling, LTXVideoVAE
+from vidax.models.ltx.tiles import LTXTiling
+from vidax.models.ltx.vae import LTXVideoVAE
 
 
 class AutoencoderKLLTX2Video(LTXVideoVAE):
