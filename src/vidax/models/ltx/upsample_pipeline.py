@@ -5,7 +5,8 @@ Not a denoising pipeline: no text, no transformer, no scheduler. It is a
 :class:`~vidax.pipelines.base.VideoPipeline` only for what the base already owns and it needs
 (the registry contract, ``from_pretrained`` / :meth:`VideoPipeline.load_component`, the VAE
 decode loop with its staging and NaN checks) and overrides ``__call__`` with the reference's
-signature; the LTX decode hooks (decode noise, decode timestep) are :class:`LTXDecode`'s.
+signature; the LTX decode hooks (decode noise, decode timestep) are
+:func:`~vidax.models.ltx.pipeline.decode_noise` and :func:`~vidax.models.ltx.pipeline.decode_timestep_kwargs`.
 The latent maths is :func:`vidax.models.ltx.upsampler.upsample_latents`.
 """
 
@@ -26,7 +27,7 @@ from vidax.checkpoint import Checkpoint
 from vidax.errors import InputError
 from vidax.io.image import vae_image_preprocess, video_frames
 from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
-from vidax.models.ltx.pipeline import LTXDecode, checked_number
+from vidax.models.ltx.pipeline import checked_number, decode_noise, decode_timestep_kwargs, decode_values
 from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.nn.precision import describe_matmul_precision
 from vidax.pipelines.base import VideoPipeline, finite_array
@@ -76,7 +77,7 @@ class UpsampleCall:
 SHARED = options_by_name(SHARED_OPTIONS)
 
 
-class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
+class LTXLatentUpsamplePipeline(VideoPipeline):
     """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: the latents (or the video's
     VAE latents) upsampled by the latent upsampler, AdaIN-matched to the input
     (``adain_factor``), tone-mapped (``tone_map_compression_ratio``), then decoded (or returned
@@ -249,8 +250,14 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
             tone,
             {"decode_timestep": decode_timestep, "decode_noise_scale": decode_noise_scale},
         )
-        self._decode_values(call)  # the decode lists' lengths
+        decode_values(call)  # the decode lists' lengths
         return call
+
+    def decode_input(self, call, z):
+        return decode_noise(self.info, call, z)
+
+    def decode_kwargs(self, call) -> dict:
+        return decode_timestep_kwargs(self.info, call)
 
     def encode_video(self, call: UpsampleCall) -> jax.Array:
         """The video's latents ``(1, F', H', W', C)`` float32: a posterior sample (key from
