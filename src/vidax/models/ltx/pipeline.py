@@ -37,6 +37,7 @@ from vidax.models.ltx.conditions import checked_number, condition_items
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
@@ -326,13 +327,10 @@ COMPONENTS = ComponentTable(
 )
 
 
-class LTXPipeline(VideoPipeline):
-    """LTX-Video text-to-video (reference: ``diffusers.LTXPipeline``); with ``image=`` image-to-video
-    as ``diffusers.LTXImageToVideoPipeline`` (the same weights do both).
-
-    Keywords beyond the shared ones: ``frame_rate`` (fps the model conditions on, 25),
-    ``guidance_rescale`` (phi in [0, 1], 0), ``decode_timestep`` (0.0) and
-    ``decode_noise_scale`` (None: ``decode_timestep``), each a number or one per prompt.
+class LTXHooks(FamilyHooks):
+    """The LTX-Video family's hooks, in one place: what :class:`LTXPipeline`,
+    :class:`LTXImageToVideoPipeline` and :class:`LTXConditionPipeline` share (each is ``(LTXHooks,
+    VideoPipeline)``). The functions above (decode noise, schedule, packed latents) also serve LTX-2.
     """
 
     latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
@@ -497,7 +495,17 @@ class LTXPipeline(VideoPipeline):
         return decode_timestep_kwargs(self.info, call)
 
 
-class LTXImageToVideoPipeline(LTXPipeline):
+class LTXPipeline(LTXHooks, VideoPipeline):
+    """LTX-Video text-to-video (reference: ``diffusers.LTXPipeline``); with ``image=`` image-to-video
+    as ``diffusers.LTXImageToVideoPipeline`` (the same weights do both).
+
+    Keywords beyond the shared ones: ``frame_rate`` (fps the model conditions on, 25),
+    ``guidance_rescale`` (phi in [0, 1], 0), ``decode_timestep`` (0.0) and
+    ``decode_noise_scale`` (None: ``decode_timestep``), each a number or one per prompt.
+    """
+
+
+class LTXImageToVideoPipeline(LTXHooks, VideoPipeline):
     """LTX-Video image-to-video (reference: ``diffusers.LTXImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``. ``image`` (PIL or uint8 (H, W, 3)) is resized to exactly height x
     width (Lanczos, no crop) and encoded as latent frame 0."""
@@ -547,7 +555,7 @@ def linear_quadratic_schedule(num_steps: int, threshold_noise: float = 0.025, li
     return np.asarray(schedule[:-1], np.float32)
 
 
-class LTXConditionPipeline(LTXPipeline):
+class LTXConditionPipeline(LTXHooks, VideoPipeline):
     """LTX-Video with frame conditions (reference: ``diffusers.LTXConditionPipeline``,
     pipelines/ltx/pipeline_ltx_condition.py; the 0.9.5+ checkpoints): text-to-video, or images
     and videos placed at frames of the clip.

@@ -32,6 +32,7 @@ from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.nn.precision import describe_matmul_precision
 from vidax.pipelines.base import VideoPipeline, finite_array
 from vidax.pipelines.common import VideoPipelineOutput
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.options import SHARED_OPTIONS, options_by_name
 from vidax.pipelines.staging import Staging
 from vidax.stats import RunStats
@@ -77,18 +78,11 @@ class UpsampleCall:
 SHARED = options_by_name(SHARED_OPTIONS)
 
 
-class LTXLatentUpsamplePipeline(VideoPipeline):
-    """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: the latents (or the video's
-    VAE latents) upsampled by the latent upsampler, AdaIN-matched to the input
-    (``adain_factor``), tone-mapped (``tone_map_compression_ratio``), then decoded (or returned
-    with ``output_type="latent"``, normalised, (B, C, F'', H'', W'')).
-
-    ``latents``: (B, C, F', H', W') normalised, what :class:`LTXConditionPipeline` returns with
-    ``output_type="latent"`` (the reference's 5-D layout; ``LTXPipeline``'s packed tokens must be
-    unpacked first). ``video``: a uint8 (F, H, W, 3) array or list of frames, trimmed to
-    ``k * temporal + 1`` frames with a warning (as the reference); its latent is a posterior sample
-    normalised without the scaling factor and de-normalised with it, as the reference does.
-    """
+class LTXUpsampleHooks(FamilyHooks):
+    """What the latent upsample pipelines share, in one place: :class:`LTXLatentUpsamplePipeline`
+    and :class:`~vidax.models.ltx2.upsample_pipeline.LTX2LatentUpsamplePipeline` (each is
+    ``(LTXUpsampleHooks, VideoPipeline)`` and declares what its own upsampler differs in): the
+    call's checks, encoding a video, the upsample and the decode."""
 
     task = "upsample"
     stageable = ("vae",)
@@ -329,3 +323,17 @@ class LTXLatentUpsamplePipeline(VideoPipeline):
             # decode() de-normalises (LTXPipeline's _denormalize_latents): the un-normalised upsampled
             # latents the reference decodes, to float32 rounding.
             return VideoPipelineOutput(frames=self.decode(call, up.astype(jnp.float32), stats), stats=stats)
+
+
+class LTXLatentUpsamplePipeline(LTXUpsampleHooks, VideoPipeline):
+    """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: the latents (or the video's
+    VAE latents) upsampled by the latent upsampler, AdaIN-matched to the input
+    (``adain_factor``), tone-mapped (``tone_map_compression_ratio``), then decoded (or returned
+    with ``output_type="latent"``, normalised, (B, C, F'', H'', W'')).
+
+    ``latents``: (B, C, F', H', W') normalised, what :class:`LTXConditionPipeline` returns with
+    ``output_type="latent"`` (the reference's 5-D layout; ``LTXPipeline``'s packed tokens must be
+    unpacked first). ``video``: a uint8 (F, H, W, 3) array or list of frames, trimmed to
+    ``k * temporal + 1`` frames with a warning (as the reference); its latent is a posterior sample
+    normalised without the scaling factor and de-normalised with it, as the reference does.
+    """
