@@ -44,6 +44,7 @@ from vidax.pipelines.base import (
     finite_array,
     tokenizer_token_limit,
 )
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.prompts import encode_with
@@ -90,15 +91,9 @@ COMPONENTS = ComponentTable(
 )
 
 
-class CogVideoXPipeline(VideoPipeline):
-    """CogVideoX / CogVideoX1.5 text-to-video (reference: ``diffusers.CogVideoXPipeline``).
-
-    Family keywords: ``use_dynamic_cfg`` (the reference's cosine guidance schedule,
-    :func:`dynamic_guidance_scales`), ``step_noise`` (CogVideoXDPMScheduler only: the noise each
-    step adds, (steps, B, T, C, H/8, W/8)). ``latents`` is (B, T, C, H/8, W/8), T including
-    CogVideoX1.5's padding frames; ``output_type="latent"`` returns that layout, padding included.
-    Set ``pipe.scheduler = CogVideoXDPMScheduler(pipe.scheduler.config)`` to sample with DPM.
-    """
+class CogVideoXHooks(FamilyHooks):
+    """The CogVideoX family's hooks, in one place: what :class:`CogVideoXPipeline` and
+    :class:`CogVideoXImageToVideoPipeline` share (each is ``(CogVideoXHooks, VideoPipeline)``)."""
 
     task = "t2v"
     call_options = (
@@ -396,7 +391,18 @@ class CogVideoXPipeline(VideoPipeline):
         return latents[:, pad:]
 
 
-class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
+class CogVideoXPipeline(CogVideoXHooks, VideoPipeline):
+    """CogVideoX / CogVideoX1.5 text-to-video (reference: ``diffusers.CogVideoXPipeline``).
+
+    Family keywords: ``use_dynamic_cfg`` (the reference's cosine guidance schedule,
+    :func:`dynamic_guidance_scales`), ``step_noise`` (CogVideoXDPMScheduler only: the noise each
+    step adds, (steps, B, T, C, H/8, W/8)). ``latents`` is (B, T, C, H/8, W/8), T including
+    CogVideoX1.5's padding frames; ``output_type="latent"`` returns that layout, padding included.
+    Set ``pipe.scheduler = CogVideoXDPMScheduler(pipe.scheduler.config)`` to sample with DPM.
+    """
+
+
+class CogVideoXImageToVideoPipeline(CogVideoXHooks, VideoPipeline):
     """CogVideoX-5B-I2V / CogVideoX1.5-5B-I2V (reference: ``diffusers.CogVideoXImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``.
 
@@ -408,7 +414,7 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
     """
 
     task = "i2v"
-    call_options = CogVideoXPipeline.call_options + (
+    call_options = CogVideoXHooks.call_options + (
         CallOption("image_noise", OBJECT, "The noise of the image's VAE posterior sample, (B, C, 1, H/8, W/8)."),
     )
 

@@ -62,6 +62,7 @@ from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.prompts import encode_with
@@ -280,14 +281,9 @@ COMPONENTS = ComponentTable(
 )
 
 
-class HunyuanVideoPipeline(VideoPipeline):
-    """HunyuanVideo 1.0 text-to-video (reference: ``diffusers.HunyuanVideoPipeline``).
-
-    Call keywords beyond the shared ones: ``true_cfg_scale`` (true CFG with ``negative_prompt``;
-    default 1.0, off), ``sigmas`` (custom, unshifted noise levels, length num_inference_steps).
-    ``guidance_scale`` is the embedded guidance (default 6.0). Build with :meth:`from_pretrained`
-    or :func:`vidax.load_pipeline`.
-    """
+class HunyuanVideoHooks(FamilyHooks):
+    """The HunyuanVideo family's hooks, in one place: what :class:`HunyuanVideoPipeline` and
+    :class:`HunyuanVideoImageToVideoPipeline` share (each is ``(HunyuanVideoHooks, VideoPipeline)``)."""
 
     separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
 
@@ -562,7 +558,17 @@ def first_frame_concat(latents: jax.Array, image: jax.Array) -> jax.Array:
     return jnp.concatenate([latents, img, mask], axis=-1)
 
 
-class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
+class HunyuanVideoPipeline(HunyuanVideoHooks, VideoPipeline):
+    """HunyuanVideo 1.0 text-to-video (reference: ``diffusers.HunyuanVideoPipeline``).
+
+    Call keywords beyond the shared ones: ``true_cfg_scale`` (true CFG with ``negative_prompt``;
+    default 1.0, off), ``sigmas`` (custom, unshifted noise levels, length num_inference_steps).
+    ``guidance_scale`` is the embedded guidance (default 6.0). Build with :meth:`from_pretrained`
+    or :func:`vidax.load_pipeline`.
+    """
+
+
+class HunyuanVideoImageToVideoPipeline(HunyuanVideoHooks, VideoPipeline):
     """HunyuanVideo 1.0 image-to-video (reference: ``diffusers.HunyuanVideoImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``; both ``image_condition_type`` s (``token_replace``: HunyuanVideo-I2V,
     ``latent_concat``: HunyuanVideo-I2V-33ch).
@@ -582,7 +588,7 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     cache_reference = False
 
     task = "i2v"
-    call_options = HunyuanVideoPipeline.call_options + (
+    call_options = HunyuanVideoHooks.call_options + (
         CallOption(
             "image_embed_interleave",
             int,

@@ -58,6 +58,7 @@ from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
 from vidax.models.hunyuan_video15.vae import TILED_DECODE_SAMPLE_TILE
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.prompts import encode_with
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
@@ -78,19 +79,9 @@ COMPONENTS = ComponentTable(
 COMPONENTS_I2V = dataclasses.replace(COMPONENTS, weighted={**COMPONENTS.weighted, "image_encoder": TEXT_ENCODERS})
 
 
-class HunyuanVideo15Pipeline(VideoPipeline):
-    """HunyuanVideo 1.5 text-to-video (reference: ``diffusers.HunyuanVideo15Pipeline``).
-
-    ``guidance_scale`` is the ``ClassifierFreeGuidance`` weight (default: the checkpoint's guider);
-    ``max_sequence_length`` the Qwen2.5-VL tokens after the template (default 1000); call keyword
-    beyond the shared ones: ``sigmas`` (custom, unshifted noise levels, one per step). Build with
-    :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
-
-    Attributes:
-        crop_start: template tokens cut from the text states (the reference's
-            ``prompt_template_encode_start_idx``, 108 for the released tokenizer).
-        glyph_max_length: byT5 tokens (``tokenizer_2_max_length``, 256).
-    """
+class HunyuanVideo15Hooks(FamilyHooks):
+    """The HunyuanVideo 1.5 family's hooks, in one place: what :class:`HunyuanVideo15Pipeline` and
+    :class:`HunyuanVideo15ImageToVideoPipeline` share (each is ``(HunyuanVideo15Hooks, VideoPipeline)``)."""
 
     separate_cfg_passes = True  # the guider calls the transformer once per branch
     cache_block_metadata = False  # diffusers' TransformerBlockRegistry lacks its blocks: TaylorSeer only
@@ -246,7 +237,22 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         return guided
 
 
-class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
+class HunyuanVideo15Pipeline(HunyuanVideo15Hooks, VideoPipeline):
+    """HunyuanVideo 1.5 text-to-video (reference: ``diffusers.HunyuanVideo15Pipeline``).
+
+    ``guidance_scale`` is the ``ClassifierFreeGuidance`` weight (default: the checkpoint's guider);
+    ``max_sequence_length`` the Qwen2.5-VL tokens after the template (default 1000); call keyword
+    beyond the shared ones: ``sigmas`` (custom, unshifted noise levels, one per step). Build with
+    :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+
+    Attributes:
+        crop_start: template tokens cut from the text states (the reference's
+            ``prompt_template_encode_start_idx``, 108 for the released tokenizer).
+        glyph_max_length: byT5 tokens (``tokenizer_2_max_length``, 256).
+    """
+
+
+class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Hooks, VideoPipeline):
     """HunyuanVideo 1.5 image-to-video (reference: ``diffusers.HunyuanVideo15ImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``.
 
@@ -266,7 +272,7 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
     """
 
     task = "i2v"
-    stageable = HunyuanVideo15Pipeline.stageable + ("image_encoder",)
+    stageable = HunyuanVideo15Hooks.stageable + ("image_encoder",)
     image_encoder: Any = None
     feature_extractor_config: Any = None
 

@@ -37,6 +37,7 @@ from vidax.models.ltx.conditions import checked_number, condition_items
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.prompts import encode_with
@@ -119,35 +120,204 @@ class LTXConditionStepInputs(StepInputs):
     key: Any = None
 
 
-class LTXDecode:
-    """The decode hooks every LTX-Video pipeline shares (``LTXPipeline.__call__``'s end, also
-    ``LTXLatentUpsamplePipeline``'s): with a timestep-conditioned VAE, ``(1 - s) z + s noise`` per
-    video (s = ``decode_noise_scale``, default ``decode_timestep``), decoded at ``decode_timestep``.
-    Reads ``call.extra``, ``call.batch``, ``call.prompts`` (one value per prompt) and ``call.seed``."""
+def decode_values(call) -> tuple[np.ndarray, np.ndarray]:
+    """``(decode_timestep, decode_noise_scale)`` (B,) float32 of ``call``: one value per video (a
+    number, or one per prompt), the noise scale ``decode_timestep`` where not given. Reads
+    ``call.extra``, ``call.batch`` and ``call.prompts``."""
+    x = call.extra
+    timestep = x.get("decode_timestep", 0.0)
+    noise_scale = x.get("decode_noise_scale")
+    t = _per_video("decode_timestep", timestep, call.batch, len(call.prompts))
+    n = t if noise_scale is None else _per_video("decode_noise_scale", noise_scale, call.batch, len(call.prompts))
+    return np.asarray(t, np.float32), np.asarray(n, np.float32)
 
-    def _decode_values(self, call):
-        x = call.extra
-        timestep = x.get("decode_timestep", 0.0)
-        noise_scale = x.get("decode_noise_scale")
-        t = _per_video("decode_timestep", timestep, call.batch, len(call.prompts))
-        n = t if noise_scale is None else _per_video("decode_noise_scale", noise_scale, call.batch, len(call.prompts))
-        return np.asarray(t, np.float32), np.asarray(n, np.float32)
 
-    def decode_input(self, call, z):
-        """With a timestep-conditioned VAE: ``(1 - s) z + s noise`` per video, s = decode_noise_scale."""
-        if not self.info.vae_config.timestep_conditioning:
-            return z
-        _, scale = self._decode_values(call)
-        key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 2)
-        noise = jax.random.normal(key, z.shape, z.dtype)
-        s = jnp.asarray(scale, z.dtype).reshape((-1,) + (1,) * (z.ndim - 1))
-        return (1 - s) * z + s * noise
+def decode_noise(info: Any, call, z: jax.Array) -> jax.Array:
+    """The decode hooks every LTX-Video / LTX-2 pipeline shares (``LTXPipeline.__call__``'s end):
+    with a timestep-conditioned VAE (``info.vae_config.timestep_conditioning``) ``(1 - s) z + s
+    noise`` per video (s = ``decode_noise_scale``, default ``decode_timestep``; the noise from
+    ``call.seed``'s key stream 2), else ``z``."""
+    if not info.vae_config.timestep_conditioning:
+        return z
+    _, scale = decode_values(call)
+    key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 2)
+    noise = jax.random.normal(key, z.shape, z.dtype)
+    s = jnp.asarray(scale, z.dtype).reshape((-1,) + (1,) * (z.ndim - 1))
+    return (1 - s) * z + s * noise
 
-    def decode_kwargs(self, call) -> dict:
-        if not self.info.vae_config.timestep_conditioning:
-            return {}
-        timestep, _ = self._decode_values(call)
-        return {"timestep": jnp.asarray(timestep)}
+
+def decode_timestep_kwargs(info: Any, call) -> dict:
+    """The VAE decode's ``timestep`` (B,) (``decode_timestep``) with a timestep-conditioned VAE, else {}."""
+    if not info.vae_config.timestep_conditioning:
+        return {}
+    timestep, _ = decode_values(call)
+    return {"timestep": jnp.asarray(timestep)}
+
+
+def packed_latent_shape(info: LTXInfo, call) -> tuple[int, ...]:
+    """The packed video tokens ``(B, F' H' W', C)`` of ``call`` (LTXPipeline's, LTX2Pipeline's ``latents=``)."""
+    f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+    return (call.batch, f * h * w, info.transformer_config.in_channels)
+
+
+def ltx_model_size(info: LTXInfo, call) -> ModelSize:
+    """The transformer's numbers of the memory model (:class:`ModelSize`) for LTX-Video's
+    transformer and VAE (LTX-2 adds its sound's tokens)."""
+    cfg = info.transformer_config
+    f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+    from vidax.models.ltx.vae import LTXTiling
+
+    vae, tiles = info.vae_config, LTXTiling()
+    return ModelSize(
+        tokens=f * h * w,
+        hidden_size=cfg.inner_dim,
+        ffn_dim=4 * cfg.inner_dim,
+        num_layers=cfg.num_layers,
+        # the whole clip at once, or one temporal tile of --vae-tiling (17 frames: 3 latent ones)
+        decode_frames=call.num_frames,
+        # the decoder's last level: its first channels at 1 / patch_size of the pixels a side
+        decode_channels=max(1, vae.decoder_block_out_channels[0] // vae.patch_size**2),
+        decode_tile=tiles.tile_sample_min_height,
+        decode_tile_frames=tiles.tile_sample_min_num_frames + 1,
+    )
+
+
+def frame_rate_fps(call, fps: Any) -> Any:
+    """The ``frame_rate`` the model conditioned on as the video's fps, when given (else ``fps``,
+    the checkpoint's)."""
+    rate = call.extra.get("frame_rate")
+    return fps if rate is None else Fraction(rate).limit_denominator(1001)
+
+
+def check_ltx_args(info: LTXInfo, call) -> None:
+    """The keywords every LTX-Video / LTX-2 pipeline checks the same way: ``decode_timestep`` /
+    ``decode_noise_scale``, ``timesteps`` (``frame_rate`` and ``guidance_rescale``: by their
+    declarations).
+
+    Raises:
+        InputError: a value out of range (naming it).
+    """
+    x = call.extra
+    for name in ("decode_timestep", "decode_noise_scale"):
+        if x.get(name) is not None:
+            _per_video(name, x[name], call.batch, len(call.prompts))
+    if x.get("timesteps") is not None:
+        t = np.asarray(x["timesteps"], np.float64)
+        n = info.scheduler_config.get("num_train_timesteps", 1000)
+        if (
+            t.ndim != 1
+            or t.size == 0
+            or not np.all(np.isfinite(t))
+            or np.any(np.diff(t) >= 0)
+            or t[0] > n
+            or t[-1] <= 0
+        ):
+            raise InputError(
+                f"timesteps must be a strictly descending list of numbers in (0, {n}], got {x['timesteps']!r}"
+            )
+
+
+def linspace_sigmas(call) -> np.ndarray:
+    """The sigmas before the shift: ``linspace(1, 1/N, N)`` (N = ``num_inference_steps``)."""
+    n = call.num_inference_steps
+    return np.linspace(1.0, 1 / n, n)
+
+
+def shifted_schedule(scheduler: Any, sigmas: np.ndarray, tokens: int) -> Any:
+    """The scheduler state of ``sigmas`` (host arithmetic only), shifted by ``mu`` =
+    ``calculate_shift`` of the video token count where the config shifts dynamically."""
+    mu = scheduler.calculate_shift(tokens) if scheduler.config.use_dynamic_shifting else None
+    return scheduler.set_timesteps(len(sigmas), sigmas=sigmas, mu=mu)
+
+
+def check_shifted_schedule(info: LTXInfo, scheduler: Any, call, sigmas: np.ndarray) -> None:
+    """Build the call's schedule of ``sigmas`` (:func:`shifted_schedule`) with ``scheduler`` (the
+    checkpoint's, built from its config, or one the user set), from configs alone. Where the
+    config shifts dynamically, ``mu`` grows with the video's token count; past
+    :meth:`~vidax.schedulers.FlowMatchEulerDiscreteScheduler.largest_seq_len` every sigma is 1.0
+    and the error names that limit and a size within it.
+
+    Raises:
+        InputError: the schedule is not valid (the scheduler's reason, or the size limit).
+    """
+    n = len(sigmas)
+    f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+    tokens = f * h * w
+    mu = scheduler.calculate_shift(tokens) if scheduler.config.use_dynamic_shifting else None
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32: sigmas of 1 or NaN, named below
+            scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
+        return
+    except (InputError, OverflowError):  # OverflowError: e^mu past a float64 (math.exp), as in diffusers
+        top = scheduler.largest_seq_len(n, sigmas=sigmas) if mu is not None else None
+        if not top or tokens <= top:
+            raise  # not the size (e.g. one step, which shift_terminal cannot stretch)
+    c, v = scheduler.config, info.vae_config
+    s, k = v.spatial_compression, v.temporal_compression
+    fit = (
+        [Message(Arg("num_frames", (top // (h * w) - 1) * k + 1), " at this height and width")]
+        if top // (h * w) >= 1
+        else []
+    )
+    scale = (top / tokens) ** 0.5
+    hs, ws = int(h * scale), int(w * scale)
+    while hs >= 1 and ws >= 1 and f * hs * ws > top:
+        hs, ws = hs - 1, max(1, int(hs * w / h))
+    if hs >= 1 and ws >= 1:
+        fit.append(Message(Arg("height", hs * s), ", ", Arg("width", ws * s), " at this ", Arg("num_frames")))
+    raise InputError(
+        Arg("height", call.height),
+        ", ",
+        Arg("width", call.width),
+        ", ",
+        Arg("num_frames", call.num_frames),
+        f" make {tokens} latent tokens ({f} x {h} x {w}), more than this scheduler config's dynamic shift allows with ",
+        Arg("num_inference_steps", n),
+        ": "
+        f"its largest valid size is {top} latent tokens. mu grows with the token count along the line from "
+        f"base_shift={c.base_shift} at base_image_seq_len={c.base_image_seq_len} to max_shift={c.max_shift} at "
+        f"max_image_seq_len={c.max_image_seq_len}, extended without a limit as in diffusers; at mu={mu:.1f} every "
+        "float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: ",
+        *(joined(fit, " or ") or ["a smaller ", Arg("height"), ", ", Arg("width"), " or ", Arg("num_frames")]),
+    )
+
+
+def encode_latents(pipe: Any, pixels: np.ndarray, key: jax.Array) -> jax.Array:
+    """Frames ``(F, H, W, 3)`` float32 in [-1, 1] -> their normalised latent ``(1, F', H', W',
+    C)`` by ``pipe.vae``: a posterior sample ``mean + std * noise`` (``retrieve_latents``, noise
+    from ``key``), normalised as the reference's ``_normalize_latents(z, latents_mean,
+    latents_std)``: without the scaling factor (the reference's default 1.0 there; every released
+    config has 1.0)."""
+    mean, logvar = encode_with(pipe, "vae", pipe.vae.encode, jnp.asarray(pixels)[None])
+    z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
+    return normalize_latents(z.astype(jnp.float32), pipe.vae.latents_mean[...], pipe.vae.latents_std[...])
+
+
+def first_frame_condition(pipe: Any, call, stats) -> dict:
+    """Image-to-video (``call.image``; {} without one): ``frame_mask`` (F',) float32, 1 on latent
+    frame 0 (the reference's conditioning mask), and ``first_frame`` (1, 1, H', W', C), the
+    image's normalised latent (unless ``latents`` were given, as the reference)."""
+    if call.image is None:
+        return {}
+    f, _, _ = pipe.info.latent_grid(call.num_frames, call.height, call.width)
+    cond = {"frame_mask": jnp.zeros((f,), jnp.float32).at[0].set(1.0)}
+    if call.latents is not None:
+        return cond
+    with stats.timed("text_encode_s"):
+        pixels = vae_image_preprocess(to_rgb_image(call.image), call.height, call.width)
+        first = encode_latents(pipe, pixels[None], jax.random.fold_in(jax.random.PRNGKey(call.seed), 1))
+    stats.sample_memory()
+    return {**cond, "first_frame": first}
+
+
+def unpacked_latents(info: LTXInfo, call, noise: jax.Array, cond: dict) -> jax.Array:
+    """Packed (B, N, C) -> channels-last (B, F', H', W', C); I2V (``cond["first_frame"]``): frame 0
+    is the image latent."""
+    f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+    x = noise.reshape(noise.shape[0], f, h, w, noise.shape[-1])
+    if "first_frame" in cond:
+        x = x.at[:, :1].set(jnp.broadcast_to(cond["first_frame"], x[:, :1].shape))
+    return x
 
 
 #: The components: the text encoder and the transformer in the pipeline's dtype, the VAE in
@@ -158,13 +328,10 @@ COMPONENTS = ComponentTable(
 )
 
 
-class LTXPipeline(LTXDecode, VideoPipeline):
-    """LTX-Video text-to-video (reference: ``diffusers.LTXPipeline``); with ``image=`` image-to-video
-    as ``diffusers.LTXImageToVideoPipeline`` (the same weights do both).
-
-    Keywords beyond the shared ones: ``frame_rate`` (fps the model conditions on, 25),
-    ``guidance_rescale`` (phi in [0, 1], 0), ``decode_timestep`` (0.0) and
-    ``decode_noise_scale`` (None: ``decode_timestep``), each a number or one per prompt.
+class LTXHooks(FamilyHooks):
+    """The LTX-Video family's hooks, in one place: what :class:`LTXPipeline`,
+    :class:`LTXImageToVideoPipeline` and :class:`LTXConditionPipeline` share (each is ``(LTXHooks,
+    VideoPipeline)``). The functions above (decode noise, schedule, packed latents) also serve LTX-2.
     """
 
     latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
@@ -188,33 +355,16 @@ class LTXPipeline(LTXDecode, VideoPipeline):
 
     @classmethod
     def latent_shape(cls, info: LTXInfo, call) -> tuple[int, ...]:
-        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
-        return (call.batch, f * h * w, info.transformer_config.in_channels)
+        return packed_latent_shape(info, call)
 
     @classmethod
     def model_size(cls, info: LTXInfo, call) -> ModelSize:
-        cfg = info.transformer_config
-        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
-        from vidax.models.ltx.vae import LTXTiling
-
-        vae, tiles = info.vae_config, LTXTiling()
-        return ModelSize(
-            tokens=f * h * w,
-            hidden_size=cfg.inner_dim,
-            ffn_dim=4 * cfg.inner_dim,
-            num_layers=cfg.num_layers,
-            # the whole clip at once, or one temporal tile of --vae-tiling (17 frames: 3 latent ones)
-            decode_frames=call.num_frames,
-            # the decoder's last level: its first channels at 1 / patch_size of the pixels a side
-            decode_channels=max(1, vae.decoder_block_out_channels[0] // vae.patch_size**2),
-            decode_tile=tiles.tile_sample_min_height,
-            decode_tile_frames=tiles.tile_sample_min_num_frames + 1,
-        )
+        return ltx_model_size(info, call)
 
     @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
         one_image(call.image, "LTXImageToVideoPipeline takes")
-        cls.check_ltx_args(info, call)
+        check_ltx_args(info, call)
         if call.image is not None and call.latents is not None:
             logger.warning(
                 "latents were given: their first latent frame is the conditioning frame and image is "
@@ -223,84 +373,16 @@ class LTXPipeline(LTXDecode, VideoPipeline):
 
     def video_fps(self, call):
         """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's)."""
-        rate = call.extra.get("frame_rate")
-        return super().video_fps(call) if rate is None else Fraction(rate).limit_denominator(1001)
-
-    @classmethod
-    def check_ltx_args(cls, info: LTXInfo, call) -> None:
-        """The keywords every LTX-Video pipeline checks the same way: ``frame_rate``,
-        ``guidance_rescale``, ``decode_timestep`` / ``decode_noise_scale``, ``timesteps``."""
-        x = call.extra  # frame_rate and guidance_rescale: checked by their declarations
-        for name in ("decode_timestep", "decode_noise_scale"):
-            if x.get(name) is not None:
-                _per_video(name, x[name], call.batch, len(call.prompts))
-        if x.get("timesteps") is not None:
-            t = np.asarray(x["timesteps"], np.float64)
-            n = info.scheduler_config.get("num_train_timesteps", 1000)
-            if (
-                t.ndim != 1
-                or t.size == 0
-                or not np.all(np.isfinite(t))
-                or np.any(np.diff(t) >= 0)
-                or t[0] > n
-                or t[-1] <= 0
-            ):
-                raise InputError(
-                    f"timesteps must be a strictly descending list of numbers in (0, {n}], got {x['timesteps']!r}"
-                )
+        return frame_rate_fps(call, self.defaults.fps)
 
     @classmethod
     def check_schedule(cls, info: LTXInfo, scheduler: Any, call) -> None:
-        """Build the call's schedule (:meth:`set_timesteps`) with ``scheduler`` (the checkpoint's,
-        built from its config, or one the user set), from configs alone. Where the config shifts dynamically, ``mu`` grows with the video's token
-        count; past :meth:`~vidax.schedulers.FlowMatchEulerDiscreteScheduler.largest_seq_len`
-        every sigma is 1.0 and the error names that limit and a size within it.
+        """:func:`check_shifted_schedule` of :meth:`schedule_sigmas`.
 
         Raises:
             InputError: the schedule is not valid (the scheduler's reason, or the size limit).
         """
-        sigmas = cls.schedule_sigmas(call)
-        n = len(sigmas)
-        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
-        tokens = f * h * w
-        mu = scheduler.calculate_shift(tokens) if scheduler.config.use_dynamic_shifting else None
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32: sigmas of 1 or NaN, named below
-                scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
-            return
-        except (InputError, OverflowError):  # OverflowError: e^mu past a float64 (math.exp), as in diffusers
-            top = scheduler.largest_seq_len(n, sigmas=sigmas) if mu is not None else None
-            if not top or tokens <= top:
-                raise  # not the size (e.g. one step, which shift_terminal cannot stretch)
-        c, v = scheduler.config, info.vae_config
-        s, k = v.spatial_compression, v.temporal_compression
-        fit = (
-            [Message(Arg("num_frames", (top // (h * w) - 1) * k + 1), " at this height and width")]
-            if top // (h * w) >= 1
-            else []
-        )
-        scale = (top / tokens) ** 0.5
-        hs, ws = int(h * scale), int(w * scale)
-        while hs >= 1 and ws >= 1 and f * hs * ws > top:
-            hs, ws = hs - 1, max(1, int(hs * w / h))
-        if hs >= 1 and ws >= 1:
-            fit.append(Message(Arg("height", hs * s), ", ", Arg("width", ws * s), " at this ", Arg("num_frames")))
-        raise InputError(
-            Arg("height", call.height),
-            ", ",
-            Arg("width", call.width),
-            ", ",
-            Arg("num_frames", call.num_frames),
-            f" make {tokens} latent tokens ({f} x {h} x {w}), more than this scheduler config's dynamic shift allows "
-            "with ",
-            Arg("num_inference_steps", n),
-            ": "
-            f"its largest valid size is {top} latent tokens. mu grows with the token count along the line from "
-            f"base_shift={c.base_shift} at base_image_seq_len={c.base_image_seq_len} to max_shift={c.max_shift} at "
-            f"max_image_seq_len={c.max_image_seq_len}, extended without a limit as in diffusers; at mu={mu:.1f} every "
-            "float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: ",
-            *(joined(fit, " or ") or ["a smaller ", Arg("height"), ", ", Arg("width"), " or ", Arg("num_frames")]),
-        )
+        check_shifted_schedule(info, scheduler, call, cls.schedule_sigmas(call))
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -323,53 +405,28 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         return embeds, jnp.asarray(tokens.attention_mask, bool)
 
     def condition(self, call, stats) -> dict:
-        """Image-to-video: ``frame_mask`` (F',) float32, 1 on latent frame 0 (the reference's
-        conditioning mask), and ``first_frame`` (1, 1, H', W', C), the image's normalised latent
-        (unless ``latents`` were given, as the reference)."""
-        if call.image is None:
-            return {}
-        f, _, _ = self.info.latent_grid(call.num_frames, call.height, call.width)
-        cond = {"frame_mask": jnp.zeros((f,), jnp.float32).at[0].set(1.0)}
-        if call.latents is not None:
-            return cond
-        with stats.timed("text_encode_s"):
-            pixels = vae_image_preprocess(to_rgb_image(call.image), call.height, call.width)
-            first = self.encode_latents(pixels[None], jax.random.fold_in(jax.random.PRNGKey(call.seed), 1))
-        stats.sample_memory()
-        return {**cond, "first_frame": first}
+        """Image-to-video: :func:`first_frame_condition`."""
+        return first_frame_condition(self, call, stats)
 
     def encode_latents(self, pixels, key) -> jax.Array:
-        """Frames ``(F, H, W, 3)`` float32 in [-1, 1] -> their normalised latent ``(1, F', H', W',
-        C)``: a posterior sample ``mean + std * noise`` (``retrieve_latents``, noise from ``key``),
-        normalised as the reference's ``_normalize_latents(z, latents_mean, latents_std)``: without
-        the scaling factor (the reference's default 1.0 there; every released config has 1.0)."""
-        mean, logvar = encode_with(self, "vae", self.vae.encode, jnp.asarray(pixels)[None])
-        z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
-        return normalize_latents(z.astype(jnp.float32), self.vae.latents_mean[...], self.vae.latents_std[...])
+        """:func:`encode_latents` by this pipeline's VAE."""
+        return encode_latents(self, pixels, key)
 
     def prepare_latents(self, call, noise, cond) -> jax.Array:
         """Packed (B, N, C) -> channels-last (B, F', H', W', C); I2V: frame 0 is the image latent."""
-        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
-        x = noise.reshape(noise.shape[0], f, h, w, noise.shape[-1])
-        if "first_frame" in cond:
-            x = x.at[:, :1].set(jnp.broadcast_to(cond["first_frame"], x[:, :1].shape))
-        return x
+        return unpacked_latents(self.info, call, noise, cond)
 
     @classmethod
     def schedule_sigmas(cls, call) -> np.ndarray:
         """The sigmas before the shift: ``linspace(1, 1/N, N)`` (N = ``num_inference_steps``)."""
-        n = call.num_inference_steps
-        return np.linspace(1.0, 1 / n, n)
+        return linspace_sigmas(call)
 
     @classmethod
     def schedule(cls, info: LTXInfo, scheduler, call):
         """The scheduler state of ``call`` (host arithmetic only): :meth:`schedule_sigmas`,
-        shifted by ``mu`` = ``calculate_shift`` of the video token count where the config shifts
-        dynamically."""
-        sigmas = cls.schedule_sigmas(call)
+        shifted by ``mu`` of the video token count where the config shifts dynamically."""
         f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
-        mu = scheduler.calculate_shift(f * h * w) if scheduler.config.use_dynamic_shifting else None
-        return scheduler.set_timesteps(len(sigmas), sigmas=sigmas, mu=mu)
+        return shifted_schedule(scheduler, cls.schedule_sigmas(call), f * h * w)
 
     def set_timesteps(self, call, latents):
         self.check_schedule(self.info, self.scheduler, call)  # a replaced scheduler: its own limit, named
@@ -431,8 +488,25 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         b, f, h, w, c = latents.shape
         return np.asarray(latents.reshape(b, f * h * w, c))
 
+    def decode_input(self, call, z):
+        """:func:`decode_noise`."""
+        return decode_noise(self.info, call, z)
 
-class LTXImageToVideoPipeline(LTXPipeline):
+    def decode_kwargs(self, call) -> dict:
+        return decode_timestep_kwargs(self.info, call)
+
+
+class LTXPipeline(LTXHooks, VideoPipeline):
+    """LTX-Video text-to-video (reference: ``diffusers.LTXPipeline``); with ``image=`` image-to-video
+    as ``diffusers.LTXImageToVideoPipeline`` (the same weights do both).
+
+    Keywords beyond the shared ones: ``frame_rate`` (fps the model conditions on, 25),
+    ``guidance_rescale`` (phi in [0, 1], 0), ``decode_timestep`` (0.0) and
+    ``decode_noise_scale`` (None: ``decode_timestep``), each a number or one per prompt.
+    """
+
+
+class LTXImageToVideoPipeline(LTXHooks, VideoPipeline):
     """LTX-Video image-to-video (reference: ``diffusers.LTXImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``. ``image`` (PIL or uint8 (H, W, 3)) is resized to exactly height x
     width (Lanczos, no crop) and encoded as latent frame 0."""
@@ -482,7 +556,7 @@ def linear_quadratic_schedule(num_steps: int, threshold_noise: float = 0.025, li
     return np.asarray(schedule[:-1], np.float32)
 
 
-class LTXConditionPipeline(LTXPipeline):
+class LTXConditionPipeline(LTXHooks, VideoPipeline):
     """LTX-Video with frame conditions (reference: ``diffusers.LTXConditionPipeline``,
     pipelines/ltx/pipeline_ltx_condition.py; the 0.9.5+ checkpoints): text-to-video, or images
     and videos placed at frames of the clip.
@@ -570,7 +644,7 @@ class LTXConditionPipeline(LTXPipeline):
 
     @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
-        cls.check_ltx_args(info, call)
+        check_ltx_args(info, call)
         x = call.extra
         if info.scheduler_config.get("use_dynamic_shifting"):
             raise InputError(

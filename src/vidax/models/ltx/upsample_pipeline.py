@@ -5,7 +5,8 @@ Not a denoising pipeline: no text, no transformer, no scheduler. It is a
 :class:`~vidax.pipelines.base.VideoPipeline` only for what the base already owns and it needs
 (the registry contract, ``from_pretrained`` / :func:`~vidax.pipelines.loading.load_component`, the VAE
 decode loop with its staging and NaN checks) and overrides ``__call__`` with the reference's
-signature; the LTX decode hooks (decode noise, decode timestep) are :class:`LTXDecode`'s.
+signature; the LTX decode hooks (decode noise, decode timestep) are
+:func:`~vidax.models.ltx.pipeline.decode_noise` and :func:`~vidax.models.ltx.pipeline.decode_timestep_kwargs`.
 The latent maths is :func:`vidax.models.ltx.upsampler.upsample_latents`.
 """
 
@@ -26,12 +27,13 @@ from vidax.checkpoint import Checkpoint
 from vidax.errors import InputError
 from vidax.io.image import vae_image_preprocess, video_frames
 from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
-from vidax.models.ltx.pipeline import LTXDecode, checked_number
+from vidax.models.ltx.pipeline import checked_number, decode_noise, decode_timestep_kwargs, decode_values
 from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.nn.precision import describe_matmul_precision
 from vidax.pipelines.base import VideoPipeline, finite_array
 from vidax.pipelines.call_checks import refused_keyword
 from vidax.pipelines.common import VideoPipelineOutput
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import load_weighted
 from vidax.pipelines.options import SHARED_OPTIONS, options_by_name
 from vidax.pipelines.prompts import encode_with
@@ -39,6 +41,18 @@ from vidax.pipelines.staging import Staging
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
+
+#: The keywords of an LTX latent-upsample call after its input (the video or latents and its
+#: size): the decode's and the output's, in the order of the LTX-Video and LTX-2 pipelines.
+UPSAMPLE_DECODE_ARGS = (
+    "decode_timestep",
+    "decode_noise_scale",
+    "adain_factor",
+    "tone_map_compression_ratio",
+    "seed",
+    "output_type",
+    "progress",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,31 +93,11 @@ class UpsampleCall:
 SHARED = options_by_name(SHARED_OPTIONS)
 
 
-#: The keywords of an LTX latent-upsample call after its input (the video or latents and its
-#: size): the decode's and the output's, in the order of the LTX-Video and LTX-2 pipelines.
-UPSAMPLE_DECODE_ARGS = (
-    "decode_timestep",
-    "decode_noise_scale",
-    "adain_factor",
-    "tone_map_compression_ratio",
-    "seed",
-    "output_type",
-    "progress",
-)
-
-
-class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
-    """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: the latents (or the video's
-    VAE latents) upsampled by the latent upsampler, AdaIN-matched to the input
-    (``adain_factor``), tone-mapped (``tone_map_compression_ratio``), then decoded (or returned
-    with ``output_type="latent"``, normalised, (B, C, F'', H'', W'')).
-
-    ``latents``: (B, C, F', H', W') normalised, what :class:`LTXConditionPipeline` returns with
-    ``output_type="latent"`` (the reference's 5-D layout; ``LTXPipeline``'s packed tokens must be
-    unpacked first). ``video``: a uint8 (F, H, W, 3) array or list of frames, trimmed to
-    ``k * temporal + 1`` frames with a warning (as the reference); its latent is a posterior sample
-    normalised without the scaling factor and de-normalised with it, as the reference does.
-    """
+class LTXUpsampleHooks(FamilyHooks):
+    """What the latent upsample pipelines share, in one place: :class:`LTXLatentUpsamplePipeline`
+    and :class:`~vidax.models.ltx2.upsample_pipeline.LTX2LatentUpsamplePipeline` (each is
+    ``(LTXUpsampleHooks, VideoPipeline)`` and declares what its own upsampler differs in): the
+    call's checks, encoding a video, the upsample and the decode."""
 
     task = "upsample"
     stageable = ("vae",)
@@ -251,8 +245,14 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
             tone,
             {"decode_timestep": decode_timestep, "decode_noise_scale": decode_noise_scale},
         )
-        self._decode_values(call)  # the decode lists' lengths
+        decode_values(call)  # the decode lists' lengths
         return call
+
+    def decode_input(self, call, z):
+        return decode_noise(self.info, call, z)
+
+    def decode_kwargs(self, call) -> dict:
+        return decode_timestep_kwargs(self.info, call)
 
     def encode_video(self, call: UpsampleCall) -> jax.Array:
         """The video's latents ``(1, F', H', W', C)`` float32: a posterior sample (key from
@@ -324,3 +324,17 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
             # decode() de-normalises (LTXPipeline's _denormalize_latents): the un-normalised upsampled
             # latents the reference decodes, to float32 rounding.
             return VideoPipelineOutput(frames=self.decode(call, up.astype(jnp.float32), stats), stats=stats)
+
+
+class LTXLatentUpsamplePipeline(LTXUpsampleHooks, VideoPipeline):
+    """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: the latents (or the video's
+    VAE latents) upsampled by the latent upsampler, AdaIN-matched to the input
+    (``adain_factor``), tone-mapped (``tone_map_compression_ratio``), then decoded (or returned
+    with ``output_type="latent"``, normalised, (B, C, F'', H'', W'')).
+
+    ``latents``: (B, C, F', H', W') normalised, what :class:`LTXConditionPipeline` returns with
+    ``output_type="latent"`` (the reference's 5-D layout; ``LTXPipeline``'s packed tokens must be
+    unpacked first). ``video``: a uint8 (F, H, W, 3) array or list of frames, trimmed to
+    ``k * temporal + 1`` frames with a warning (as the reference); its latent is a posterior sample
+    normalised without the scaling factor and de-normalised with it, as the reference does.
+    """

@@ -17,7 +17,7 @@ Reference (diffusers 0.42.1): ``LTX2Pipeline`` (``pipelines/ltx2/pipeline_ltx2.p
   latents); with ``noise_scale`` > 0 each given stream is ``s noise + (1 - s) latents``.
   The audio length is ``round(num_frames / frame_rate x sample_rate / mel_hop / 4)`` latents.
 * Schedule: sigmas ``linspace(1, 1/N, N)`` (or ``sigmas=``) shifted by ``mu`` of the video token
-  count (LTX-Video's :meth:`~vidax.models.ltx.pipeline.LTXPipeline.schedule`); each stream steps
+  count (LTX-Video's :func:`~vidax.models.ltx.pipeline.shifted_schedule`); each stream steps
   with its own copy of the Euler scheduler.
 * Guidance, as the reference, on the predicted x0 (``x - sigma v``) of each stream: CFG, STG on
   ``spatio_temporal_guidance_blocks``, modality-isolation guidance, guidance rescale, each with
@@ -47,13 +47,29 @@ from vidax.encoders.gemma3 import gemma_prompt_embeds, gemma_prompt_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, ConfigError, InputError
 from vidax.models.ltx.config import LTXInfo
-from vidax.models.ltx.pipeline import LTX_DECODE_OPTIONS, LTXDecode, LTXPipeline
+from vidax.models.ltx.pipeline import (
+    LTX_DECODE_OPTIONS,
+    LTXHooks,
+    check_ltx_args,
+    check_shifted_schedule,
+    decode_noise,
+    decode_timestep_kwargs,
+    first_frame_condition,
+    frame_rate_fps,
+    linspace_sigmas,
+    ltx_model_size,
+    packed_latent_shape,
+    shifted_schedule,
+    unpacked_latents,
+)
+from vidax.models.ltx.upsampler import normalize_latents
 from vidax.models.ltx2 import guidance
 from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
 from vidax.pipelines.base import ModelSize, VideoPipeline, finite_array, frames_of_form, prompt_texts, text_truncation
 from vidax.pipelines.diffusers_keywords import refused_value_reason
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, CallOption, int_list
 from vidax.pipelines.prompts import encode_prompts, encode_with
@@ -350,7 +366,7 @@ class LTX2StepInputs(StepInputs):
     """The step inputs of LTX-2: ``embeds`` the video context and ``audio_embeds`` the audio
     context of every pass of the batch, ``text_mask`` their attention mask, ``guidance`` the
     call's :class:`~vidax.models.ltx2.guidance.LTX2Guidance`, ``rope`` the RoPE tables of the
-    batch; where frames are conditioned (:class:`~vidax.models.ltx2.conditioning.LTX2ConditionedPipeline`)
+    batch; where frames are conditioned (:class:`LTX2Hooks`)
     ``token_mask`` (B, N) and ``clean`` (B, N, C) float32 over the video tokens (else None)."""
 
     audio_embeds: Any = None
@@ -377,28 +393,26 @@ COMPONENTS = ComponentTable(
 )
 
 
-class LTX2Pipeline(LTXPipeline):
-    """LTX-2 text-to-video with its soundtrack (reference: ``diffusers.LTX2Pipeline``); ``out.audio``
-    is the waveform ``(B, channels, samples)`` at ``out.audio_sample_rate`` (the vocoder's).
+class LTX2Hooks(FamilyHooks):
+    """The LTX-2 family's hooks, in one place: what :class:`LTX2Pipeline`,
+    :class:`~vidax.models.ltx2.pipeline_i2v.LTX2ImageToVideoPipeline` and
+    :class:`~vidax.models.ltx2.pipeline_condition.LTX2ConditionPipeline` share (each is
+    ``(LTX2Hooks, VideoPipeline)`` and declares its task, keywords and own hooks). LTX-Video's
+    parts come from the functions of :mod:`vidax.models.ltx.pipeline`.
 
-    Keywords beyond the shared ones (:data:`LTX2_OPTIONS`): ``frame_rate`` (24), ``motion_speed``
-    (1), ``guidance_rescale`` (0.7), ``audio_guidance_scale`` (7; None / 0: ``guidance_scale``),
-    ``audio_guidance_rescale`` (None / 0: ``guidance_rescale``), ``stg_scale`` (1),
-    ``audio_stg_scale``, ``modality_scale`` (3), ``audio_modality_scale``,
-    ``spatio_temporal_guidance_blocks`` ([28]), ``use_cross_timestep`` (True), ``noise_scale``
-    (0), ``sigmas``, ``decode_timestep`` (0), ``decode_noise_scale``. ``latents=`` packed
-    ``(B, N, C)`` (normalised) or ``(B, C, F', H', W')`` (normalised with the VAE's statistics,
-    as the reference).
+    A pipeline with ``packed_latents`` False takes 5-D ``latents=`` as they are; where its
+    :meth:`condition` returns ``mask`` (B, N) float32 and ``clean`` (B, N, C) float32 over the
+    video tokens (N may include appended condition tokens), they go to every step as
+    :class:`LTX2StepInputs`' ``token_mask`` and ``clean``: the video tokens' timestep is ``t (1 -
+    mask)`` and the guided x0 ``x0 (1 - mask) + clean mask`` (:mod:`vidax.models.ltx2.conditioning`).
     """
 
-    latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
-    call_options = LTX2_OPTIONS
     #: diffusers' ``encode_prompt`` output: Gemma's stacked hidden states ``(B, L, D (n + 1))`` and
     #: their mask; the text connectors run on them in the call (:meth:`context_of_parts`).
     prompt_embeds_args = ("prompt_embeds", "prompt_attention_mask")
     prompt_mask_dtype = np.int32
     #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by :meth:`check_call`
-    #: (a conditioned pipeline takes 5-D latents as they are).
+    #: (False: the pipeline takes 5-D latents as they are).
     packed_latents = True
     latent_streams = ("latents", "audio_latents")
     # diffusers 0.42.1 registers no block metadata for LTX2VideoTransformerBlock: its First-Block
@@ -423,25 +437,36 @@ class LTX2Pipeline(LTXPipeline):
         return registry().pipeline(name).load()  # the family's registration (they import this module)
 
     @classmethod
+    def latent_shape(cls, info: LTX2Info, call) -> tuple[int, ...]:
+        """Packed video tokens ``(B, F' H' W', C)``."""
+        return packed_latent_shape(info, call)
+
+    @classmethod
     def resolve_num_frames(cls, info: LTX2Info, num_frames: int) -> int:
         return frames_of_form(num_frames, info.vae_config.temporal_compression, "LTX2Pipeline")
 
     @classmethod
     def latent_shapes(cls, info: LTX2Info, call) -> dict[str, tuple[int, ...]]:
-        """Video tokens ``(B, F' H' W', C)`` and audio latents ``(B, C_a, L, M)``."""
+        """Video tokens ``(B, F' H' W', C)`` (``packed_latents`` False: ``(B, C, F', H', W')``,
+        the reference's 5-D layout) and audio latents ``(B, C_a, L, M)``."""
         a = info.audio_vae_config
         length = info.audio_length(call.num_frames, _frame_rate(info, call))
-        return {
-            "latents": cls.latent_shape(info, call),
-            "audio_latents": (call.batch, a.latent_channels, length, info.audio_mel_bins),
-        }
+        if cls.packed_latents:
+            video = cls.latent_shape(info, call)
+        else:
+            video = (
+                call.batch,
+                info.transformer_config.in_channels,
+                *info.latent_grid(call.num_frames, call.height, call.width),
+            )
+        return {"latents": video, "audio_latents": (call.batch, a.latent_channels, length, info.audio_mel_bins)}
 
     @classmethod
     def model_size(cls, info: LTX2Info, call) -> ModelSize:
         """LTX-Video's, plus the sound's tokens: every step attends over one token per audio
         latent frame (``num_frames / frame_rate`` seconds of sound, :meth:`LTX2Info.audio_length`);
         the step's batch has one row per guidance pass (:func:`~vidax.models.ltx2.guidance.guidance_passes`)."""
-        size = super().model_size(info, call)
+        size = ltx_model_size(info, call)
         return dataclasses.replace(
             size,
             tokens=size.tokens + info.audio_length(call.num_frames, _frame_rate(info, call)),
@@ -454,7 +479,25 @@ class LTX2Pipeline(LTXPipeline):
     def schedule_sigmas(cls, call) -> np.ndarray:
         """``sigmas=`` when given, else ``linspace(1, 1/N, N)``."""
         sigmas = call.extra.get("sigmas")
-        return super().schedule_sigmas(call) if sigmas is None else np.asarray(sigmas, np.float64)
+        return linspace_sigmas(call) if sigmas is None else np.asarray(sigmas, np.float64)
+
+    @classmethod
+    def check_schedule(cls, info: LTX2Info, scheduler: Any, call) -> None:
+        """LTX-Video's check (:func:`~vidax.models.ltx.pipeline.check_shifted_schedule`) of :meth:`schedule_sigmas`."""
+        check_shifted_schedule(info, scheduler, call, cls.schedule_sigmas(call))
+
+    @classmethod
+    def schedule(cls, info: LTX2Info, scheduler: Any, call) -> Any:
+        """The scheduler state of ``call`` (host arithmetic only): :meth:`schedule_sigmas` shifted
+        by ``mu`` of the video token count (:meth:`extra_tokens` included) where the config
+        shifts dynamically."""
+        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+        return shifted_schedule(scheduler, cls.schedule_sigmas(call), f * h * w + cls.extra_tokens(info, call))
+
+    @classmethod
+    def extra_tokens(cls, info: LTX2Info, call) -> int:
+        """Video tokens appended after the clip's (conditions past latent frame 0); none here."""
+        return 0
 
     @classmethod
     def default_length(cls, info: LTX2Info) -> str:
@@ -548,7 +591,7 @@ class LTX2Pipeline(LTXPipeline):
                 Arg("max_seconds", hi),
                 " (the range the duration head's prediction is clamped to)",
             )
-        cls.check_ltx_args(info, call)
+        check_ltx_args(info, call)
         if info.audio_length(call.num_frames, _frame_rate(info, call)) < 1:
             raise InputError(
                 Arg("num_frames", call.num_frames),
@@ -556,6 +599,10 @@ class LTX2Pipeline(LTXPipeline):
                 Arg("frame_rate", _frame_rate(info, call)),
                 " makes a sound shorter than one audio latent; give more frames or a lower frame rate",
             )
+
+    def video_fps(self, call):
+        """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's)."""
+        return frame_rate_fps(call, self.defaults.fps)
 
     def generate(self, call):
         """As the reference with ``num_frames=None`` on a checkpoint with a duration head: the
@@ -623,6 +670,18 @@ class LTX2Pipeline(LTXPipeline):
         with self.precision():
             return self.connectors(jnp.asarray(states, self.dtype), jnp.asarray(mask, jnp.int32), padding_side="left")
 
+    def condition(self, call, stats) -> dict:
+        """``image=`` on the text-to-video class: LTX-Video's first-frame condition
+        (:func:`~vidax.models.ltx.pipeline.first_frame_condition`)."""
+        return first_frame_condition(self, call, stats)
+
+    def encode_condition(self, pixels: np.ndarray) -> np.ndarray:
+        """Frames ``(F, H, W, 3)`` float32 in [-1, 1] -> their normalised latent ``(1, F', H',
+        W', C)``: the VAE posterior's mode (``retrieve_latents(..., "argmax")``), ``(z - mean) /
+        std`` (no scaling factor, as the reference's ``_normalize_latents`` default)."""
+        mean, _ = encode_with(self, "vae", self.vae.encode, jnp.asarray(pixels)[None])
+        return normalize_latents(mean.astype(_F32), self.vae.latents_mean[...], self.vae.latents_std[...])
+
     def prepare_latents(self, call, noise, cond):
         """Video tokens -> channels-last ``(B, F', H', W', C)``, normalised when given 5-D;
         audio ``(B, C_a, L, M)`` -> packed ``(B, L, C_a M)``, normalised when given;
@@ -639,23 +698,28 @@ class LTX2Pipeline(LTXPipeline):
                 x = (video, audio)[i]
                 x = s * jax.random.normal(jax.random.fold_in(key, i), x.shape, _F32) + (1 - s) * x
                 video, audio = (x, audio) if i == 0 else (video, x)
-        return {"latents": LTXPipeline.prepare_latents(self, call, video, cond), "audio_latents": audio}
+        return {"latents": unpacked_latents(self.info, call, video, cond), "audio_latents": audio}
 
     def set_timesteps(self, call, latents):
-        state = super().set_timesteps(call, latents["latents"])
+        self.check_schedule(self.info, self.scheduler, call)  # a replaced scheduler: its own limit, named
+        state = self.schedule(self.info, self.scheduler, call)
         return {"latents": state, "audio_latents": state}
 
     def step_args(self, call, embeds, cond, state, expert):
         """:class:`LTX2StepInputs`: the contexts and mask of every pass of the batch
-        (:class:`~vidax.models.ltx2.guidance.LTX2Guidance`'s rows), the RoPE tables of that batch."""
+        (:class:`~vidax.models.ltx2.guidance.LTX2Guidance`'s rows), the RoPE tables of that batch;
+        with ``cond["mask"]`` the mask ``(B, N)`` and clean latents ``(B, N, C)``."""
         x = call.extra
         model = self.transformer
         g = guidance.call_guidance(x, call.guidance_scale, call.do_cfg, model.config.perturbed_attn)
         coords = self.rope_coordinates(call, cond, call.batch * g.rows)
         context, audio_context, mask = (g.extend(e, call.batch) for e in embeds)
-        return LTX2StepInputs(
-            context, g, audio_embeds=audio_context, text_mask=mask, rope=model.rope_tables(*coords)
-        ), None
+        inputs = LTX2StepInputs(context, g, audio_embeds=audio_context, text_mask=mask, rope=model.rope_tables(*coords))
+        if "mask" in cond:
+            inputs = dataclasses.replace(
+                inputs, token_mask=jnp.asarray(cond["mask"], _F32), clean=jnp.asarray(cond["clean"], _F32)
+            )
+        return inputs, None
 
     def rope_coordinates(self, call, cond, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """The video ``(batch, 3, N, 2)`` and audio ``(batch, 1, M, 2)`` coordinates (numpy float32)
@@ -714,13 +778,19 @@ class LTX2Pipeline(LTXPipeline):
         )
 
     def video_timestep(self, t, inputs):
-        """The video tokens' timestep: ``t`` (B,) here; per token where frames are conditioned."""
-        return t
+        """The video tokens' timestep: ``t`` (B,); where frames are conditioned ``t (1 - mask)``
+        per video token, ``(B, N)`` float32."""
+        if inputs.token_mask is None:
+            return t
+        return t[:, None] * (1 - inputs.token_mask)
 
     def condition_x0(self, name: str, x0, inputs):
-        """The guided x0 ``(B, tokens, C)`` of stream ``name`` before its Euler step: as it is here;
-        blended with the clean conditions where frames are conditioned."""
-        return x0
+        """The guided x0 ``(B, tokens, C)`` of stream ``name`` before its Euler step: where frames
+        are conditioned the video's ``x0 (1 - mask) + clean mask``; else as it is."""
+        if inputs.token_mask is None or name != self.latent_streams[0]:
+            return x0
+        m = inputs.token_mask[..., None]
+        return x0 * (1 - m) + inputs.clean * m
 
     def guide(self, pred, state, inputs):
         """Guidance needs the latents (it runs on x0): :meth:`scheduler_update` does it."""
@@ -748,10 +818,14 @@ class LTX2Pipeline(LTXPipeline):
 
     def latents_to_decode(self, call, latents):
         """LTX-2 mixes the decode noise into the normalised latents (before the de-normalisation)."""
-        return LTXDecode.decode_input(self, call, latents)
+        return decode_noise(self.info, call, latents)
 
-    def decode_input(self, call, z):
-        return z
+    def decode_kwargs(self, call) -> dict:
+        return decode_timestep_kwargs(self.info, call)
+
+    # Packed (B, N, C) in the denoising loop, as LTX-Video's (the reference's loops hold them so).
+    loop_latents_to_diffusers = LTXHooks.loop_latents_to_diffusers
+    loop_latents_from_diffusers = LTXHooks.loop_latents_from_diffusers
 
     def latents_output(self, latents) -> np.ndarray:
         """De-normalised ``(B, C, F', H', W')``, as the reference's ``output_type="latent"``."""
@@ -760,3 +834,21 @@ class LTX2Pipeline(LTXPipeline):
     def audio_latents_output(self, latents) -> np.ndarray:
         """De-normalised ``(B, C_a, L, M)``, as the reference's ``output_type="latent"``."""
         return np.asarray(unpack_latents(self.audio_vae.denormalize_latents(latents), self.info.audio_mel_bins))
+
+
+class LTX2Pipeline(LTX2Hooks, VideoPipeline):
+    """LTX-2 text-to-video with its soundtrack (reference: ``diffusers.LTX2Pipeline``); ``out.audio``
+    is the waveform ``(B, channels, samples)`` at ``out.audio_sample_rate`` (the vocoder's).
+
+    Keywords beyond the shared ones (:data:`LTX2_OPTIONS`): ``frame_rate`` (24), ``motion_speed``
+    (1), ``guidance_rescale`` (0.7), ``audio_guidance_scale`` (7; None / 0: ``guidance_scale``),
+    ``audio_guidance_rescale`` (None / 0: ``guidance_rescale``), ``stg_scale`` (1),
+    ``audio_stg_scale``, ``modality_scale`` (3), ``audio_modality_scale``,
+    ``spatio_temporal_guidance_blocks`` ([28]), ``use_cross_timestep`` (True), ``noise_scale``
+    (0), ``sigmas``, ``decode_timestep`` (0), ``decode_noise_scale``. ``latents=`` packed
+    ``(B, N, C)`` (normalised) or ``(B, C, F', H', W')`` (normalised with the VAE's statistics,
+    as the reference).
+    """
+
+    latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
+    call_options = LTX2_OPTIONS

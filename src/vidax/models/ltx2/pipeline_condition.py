@@ -45,8 +45,9 @@ import numpy as np
 from vidax.errors import Arg, InputError
 from vidax.io.image import cover_crop_bilinear, h264_recompress, to_rgb_image, video_frames
 from vidax.models.ltx.pipeline import checked_number
-from vidax.models.ltx2.conditioning import IMAGE_CRF, LTX2ConditionedPipeline, check_crf, default_image_crf
-from vidax.models.ltx2.pipeline import LTX2_OPTIONS, _frame_rate
+from vidax.models.ltx2.conditioning import IMAGE_CRF, check_crf, default_image_crf
+from vidax.models.ltx2.pipeline import LTX2_OPTIONS, LTX2Hooks, _frame_rate
+from vidax.pipelines.base import VideoPipeline
 from vidax.pipelines.options import OBJECT, VIDEO_FILE, CallOption
 
 logger = logging.getLogger("vidax.pipeline")
@@ -190,7 +191,7 @@ def keyframe_coords(
     return coords
 
 
-class LTX2ConditionPipeline(LTX2ConditionedPipeline):
+class LTX2ConditionPipeline(LTX2Hooks, VideoPipeline):
     """LTX-2 with image / video conditions at any latent frame, with its soundtrack (see the
     module docstring); keywords as :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus
     ``conditions``, the flat ``image`` / ``video`` with ``condition_index`` (0),
@@ -199,6 +200,7 @@ class LTX2ConditionPipeline(LTX2ConditionedPipeline):
 
     task = "t2v"
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32), de-normalised clean latents"
+    packed_latents = False
     call_options = tuple(o for o in LTX2_OPTIONS if o.name != "noise_scale") + (
         CallOption("conditions", OBJECT, "LTX2VideoCondition objects (frames, index, strength, crf) (LTX-2)."),
         CallOption(
@@ -247,15 +249,6 @@ class LTX2ConditionPipeline(LTX2ConditionedPipeline):
         """Tokens the conditions past latent frame 0 append."""
         _, h, w = info.latent_grid(call.num_frames, call.height, call.width)
         return sum(it.latent_frames * h * w for it in condition_items(info, call, warn=False) if it.index)
-
-    @classmethod
-    def schedule(cls, info, scheduler, call):
-        """As :class:`LTX2Pipeline`'s, the shift of every token (the appended ones too)."""
-        sigmas = cls.schedule_sigmas(call)
-        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
-        tokens = f * h * w + cls.extra_tokens(info, call)
-        mu = scheduler.calculate_shift(tokens) if scheduler.config.use_dynamic_shifting else None
-        return scheduler.set_timesteps(len(sigmas), sigmas=sigmas, mu=mu)
 
     def _noise_scale(self, call) -> float:
         s = call.extra.get("noise_scale")

@@ -1,8 +1,8 @@
 """LTX-2 image-to-video with its soundtrack (reference: diffusers 0.42.1
 ``LTX2ImageToVideoPipeline``, ``pipelines/ltx2/pipeline_ltx2_image2video.py``).
 
-What differs from :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline` (the rest is its: text,
-schedule, guidance on x0, RoPE, sound, decode):
+What differs from :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline` (the rest is the family's,
+:class:`~vidax.models.ltx2.pipeline.LTX2Hooks`: text, schedule, guidance on x0, RoPE, sound, decode):
 
 * ``image`` (one PIL image or uint8 array, any size) is H.264 re-compressed at ``image_crf``
   (33, LTX-2.5: 18; 0: not), resized to exactly ``height x width`` with PIL's bilinear filter
@@ -28,15 +28,16 @@ import numpy as np
 
 from vidax.errors import Arg, InputError
 from vidax.io.image import h264_recompress, one_image, to_rgb_image, vae_image_preprocess
-from vidax.models.ltx2.conditioning import IMAGE_CRF, LTX2ConditionedPipeline, default_image_crf
-from vidax.models.ltx2.pipeline import LTX2_OPTIONS
+from vidax.models.ltx2.conditioning import IMAGE_CRF, default_image_crf
+from vidax.models.ltx2.pipeline import LTX2_OPTIONS, LTX2Hooks
+from vidax.pipelines.base import VideoPipeline
 
 logger = logging.getLogger("vidax.pipeline")
 
 _F32 = jnp.float32
 
 
-class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
+class LTX2ImageToVideoPipeline(LTX2Hooks, VideoPipeline):
     """LTX-2 image-to-video with its soundtrack: ``pipe(image, prompt, ...)``; keywords as
     :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus ``image_crf`` (33, LTX-2.5: 18)."""
 
@@ -45,6 +46,7 @@ class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
         "(batch, latent channels, latent frames, height/32, width/32), de-normalised (frame 0 is the condition)"
     )
     call_options = LTX2_OPTIONS + (IMAGE_CRF,)
+    packed_latents = False
 
     def __call__(self, image=None, prompt=None, negative_prompt=None, **kwargs):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)

@@ -35,9 +35,9 @@ import numpy as np
 from vidax.checkpoint import CallDefaults, Checkpoint
 from vidax.errors import Arg, InputError
 from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
-from vidax.models.ltx.upsample_pipeline import UPSAMPLE_DECODE_ARGS, LTXLatentUpsamplePipeline, UpsampleCall
+from vidax.models.ltx.upsample_pipeline import UPSAMPLE_DECODE_ARGS, LTXUpsampleHooks, UpsampleCall
 from vidax.models.ltx2.config import LTX2LatentUpsamplerConfig, LTX2VideoVAEConfig
-from vidax.pipelines.base import finite_array
+from vidax.pipelines.base import VideoPipeline, finite_array
 from vidax.pipelines.common import VideoPipelineOutput
 
 
@@ -53,7 +53,7 @@ def unpack_video_latents(
     return x.transpose(0, 4, 1, 5, 2, 6, 3, 7).reshape(b, c, f * patch_size_t, h * patch_size, w * patch_size)
 
 
-class LTX2LatentUpsamplePipeline(LTXLatentUpsamplePipeline):
+class LTX2LatentUpsamplePipeline(LTXUpsampleHooks, VideoPipeline):
     """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: LTX-2 VAE latents upsampled
     by the latent upsampler (see the module docstring), then decoded, or returned un-normalised
     ``(B, C, F'', H'', W'')`` with ``output_type="latent"``.

@@ -32,8 +32,9 @@ from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
 from vidax.models.skyreels_v2.long_video import CHUNK_OPTIONS, DEFAULT_OVERLAP_HISTORY, LongVideo
 from vidax.models.wan.config import WanInfo
-from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
-from vidax.pipelines.base import cfg_pair
+from vidax.models.wan.pipeline import WAN_I2V_OPTIONS, WanHooks, check_image_to_video_call
+from vidax.pipelines.base import VideoPipeline, cfg_pair
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
 from vidax.pipelines.prompts import encode_with
 from vidax.schedulers.base import StepIndexed, register_state
@@ -57,7 +58,7 @@ def read_without_fps(checkpoint, pipeline: str) -> WanInfo:
     return info
 
 
-class SkyReelsV2Pipeline(WanPipeline):
+class SkyReelsV2Pipeline(WanHooks, VideoPipeline):
     """SkyReels-V2 text-to-video (reference: ``diffusers.SkyReelsV2Pipeline``): Wan's loop, one
     timestep for all frames, with the SkyReels-V2 transformer (its config's causal blocks). Build
     with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
@@ -75,7 +76,7 @@ class SkyReelsV2Pipeline(WanPipeline):
         return SkyReelsV2Pipeline if task == "t2v" else SkyReelsV2ImageToVideoPipeline
 
 
-class SkyReelsV2ImageToVideoPipeline(WanImageToVideoPipeline):
+class SkyReelsV2ImageToVideoPipeline(WanHooks, VideoPipeline):
     """SkyReels-V2 image-to-video (reference: ``diffusers.SkyReelsV2ImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``, Wan2.1 I2V's conditioning and loop
     (:class:`~vidax.models.wan.pipeline.WanImageToVideoPipeline`: CLIP penultimate hidden states
@@ -84,6 +85,8 @@ class SkyReelsV2ImageToVideoPipeline(WanImageToVideoPipeline):
     for all frames. The image encoder is a ``CLIPVisionModelWithProjection`` (its projection is
     not run: the pipeline reads the penultimate hidden states)."""
 
+    task = "i2v"
+    call_options = WAN_I2V_OPTIONS
     unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
 
     @classmethod
@@ -94,6 +97,15 @@ class SkyReelsV2ImageToVideoPipeline(WanImageToVideoPipeline):
     @classmethod
     def class_for_task(cls, task: str) -> type:
         return SkyReelsV2Pipeline.class_for_task(task)
+
+    @classmethod
+    def check_family_call(cls, info, call) -> None:
+        """The Wan checks, then :func:`~vidax.models.wan.pipeline.check_image_to_video_call`."""
+        super().check_family_call(info, call)
+        check_image_to_video_call(info, call)
+
+    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
 
 
 @register_state
@@ -126,69 +138,68 @@ class _ChunkRun:
     fps_index: int
 
 
-class SkyReelsV2DiffusionForcingPipeline(LongVideo, WanPipeline):
-    """SkyReels-V2 text-to-video with diffusion forcing (reference:
-    ``diffusers.SkyReelsV2DiffusionForcingPipeline``); long videos chunk by chunk. Build with
-    :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+#: The keywords of the diffusion-forcing pipelines beyond the shared ones.
+FORCING_OPTIONS = (
+    CallOption(
+        "ar_step",
+        int,
+        "Diffusion forcing: steps each causal block lags the one before it (0: all frames together; "
+        "5 with causal_block_size 5 for the asynchronous mode).",
+        "0",
+        low=0,
+    ),
+    CallOption(
+        "causal_block_size",
+        int,
+        "Latent frames per causal block of the attention (the block-causal mask; 1: full attention).",
+        "the transformer's num_frame_per_block",
+        low=1,
+    ),
+    CallOption(
+        "base_num_frames",
+        int,
+        "The most frames one chunk of a long video has (97 for 540P, 121 for 720P).",
+        "97",
+        low=1,
+    ),
+    CallOption(
+        "overlap_history",
+        int,
+        "Frames each chunk after the first repeats from the video so far (a long video: num_frames > "
+        "base_num_frames; 17 or 37 recommended).",
+        "none: one chunk; 17 for a longer video on the command line and for video-to-video",
+        low=1,
+    ),
+    CallOption(
+        "addnoise_condition",
+        float,
+        "Noise added to the repeated frames of a long video's chunks (0-1000; 20 recommended).",
+        "0",
+        low=0,
+    ),
+    # vidax generate passes its --fps (the mp4's rate) on as fps=, so the video is written at
+    # the rate the model conditioned on.
+    CallOption(
+        "fps",
+        float,
+        "Frame rate the model conditions on (16, or any other for its second embedding).",
+        "24",
+        low=0,
+        low_open=True,
+        flag=False,
+    ),
+    *CHUNK_OPTIONS,
+)
 
-    ``latents`` are the first chunk's initial noise ``(B, z_dim, F, H/8, W/8)``, F the latent
-    frames of ``min(num_frames, base_num_frames)`` when ``overlap_history`` is given (else of
-    ``num_frames``); later chunks draw theirs from the seed.
-    """
+
+class SkyReelsV2ForcingHooks(LongVideo, FamilyHooks):
+    """The hooks of SkyReels-V2's diffusion-forcing pipelines, in one place: what
+    :class:`SkyReelsV2DiffusionForcingPipeline` and its image- and video-to-video siblings share
+    (each is ``(SkyReelsV2ForcingHooks, WanHooks, VideoPipeline)``: these hooks first, Wan's
+    text encoding, conditioning and model inputs after them; each declares its task, keywords
+    and own hooks). Long videos chunk by chunk (:class:`~vidax.models.skyreels_v2.long_video.LongVideo`)."""
 
     unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
-
-    call_options = (
-        CallOption(
-            "ar_step",
-            int,
-            "Diffusion forcing: steps each causal block lags the one before it (0: all frames together; "
-            "5 with causal_block_size 5 for the asynchronous mode).",
-            "0",
-            low=0,
-        ),
-        CallOption(
-            "causal_block_size",
-            int,
-            "Latent frames per causal block of the attention (the block-causal mask; 1: full attention).",
-            "the transformer's num_frame_per_block",
-            low=1,
-        ),
-        CallOption(
-            "base_num_frames",
-            int,
-            "The most frames one chunk of a long video has (97 for 540P, 121 for 720P).",
-            "97",
-            low=1,
-        ),
-        CallOption(
-            "overlap_history",
-            int,
-            "Frames each chunk after the first repeats from the video so far (a long video: num_frames > "
-            "base_num_frames; 17 or 37 recommended).",
-            "none: one chunk; 17 for a longer video on the command line and for video-to-video",
-            low=1,
-        ),
-        CallOption(
-            "addnoise_condition",
-            float,
-            "Noise added to the repeated frames of a long video's chunks (0-1000; 20 recommended).",
-            "0",
-            low=0,
-        ),
-        # vidax generate passes its --fps (the mp4's rate) on as fps=, so the video is written at
-        # the rate the model conditioned on.
-        CallOption(
-            "fps",
-            float,
-            "Frame rate the model conditions on (16, or any other for its second embedding).",
-            "24",
-            low=0,
-            low_open=True,
-            flag=False,
-        ),
-        *CHUNK_OPTIONS,
-    )
 
     #: The static settings of the chunk being denoised (set by :meth:`denoise`, part of
     #: :meth:`step_key`).
@@ -390,7 +401,20 @@ class SkyReelsV2DiffusionForcingPipeline(LongVideo, WanPipeline):
         return [0] * int(state.num_inference_steps)
 
 
-class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingPipeline):
+class SkyReelsV2DiffusionForcingPipeline(SkyReelsV2ForcingHooks, WanHooks, VideoPipeline):
+    """SkyReels-V2 text-to-video with diffusion forcing (reference:
+    ``diffusers.SkyReelsV2DiffusionForcingPipeline``); long videos chunk by chunk. Build with
+    :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+
+    ``latents`` are the first chunk's initial noise ``(B, z_dim, F, H/8, W/8)``, F the latent
+    frames of ``min(num_frames, base_num_frames)`` when ``overlap_history`` is given (else of
+    ``num_frames``); later chunks draw theirs from the seed.
+    """
+
+    call_options = FORCING_OPTIONS
+
+
+class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2ForcingHooks, WanHooks, VideoPipeline):
     """SkyReels-V2 image-to-video with diffusion forcing (reference:
     ``diffusers.SkyReelsV2DiffusionForcingImageToVideoPipeline``): ``pipe(image, prompt, ...)`` on a
     diffusion-forcing checkpoint (no image encoder: the transformer sees the latents alone).
@@ -405,7 +429,7 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingP
     """
 
     task = "i2v"
-    call_options = SkyReelsV2DiffusionForcingPipeline.call_options + (
+    call_options = FORCING_OPTIONS + (
         CallOption(
             "last_image",
             IMAGE_FILE,
@@ -491,7 +515,7 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingP
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
 
 
-class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingPipeline):
+class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2ForcingHooks, WanHooks, VideoPipeline):
     """SkyReels-V2 video extension with diffusion forcing (reference:
     ``diffusers.SkyReelsV2DiffusionForcingVideoToVideoPipeline``): ``pipe(video, prompt, ...)``
     continues ``video`` on a diffusion-forcing checkpoint.
@@ -508,7 +532,7 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
     """
 
     task = "v2v"
-    call_options = SkyReelsV2DiffusionForcingPipeline.call_options + (
+    call_options = FORCING_OPTIONS + (
         CallOption(
             "video",
             VIDEO_FILE,
@@ -548,7 +572,7 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
             InputError: no ``video``; a video of fewer frames than
                 ``overlap_history``; ``num_frames`` of no more latent frames than
                 ``overlap_history`` (no frame to generate); what
-                :meth:`SkyReelsV2DiffusionForcingPipeline.check_family_call` refuses.
+                :meth:`SkyReelsV2ForcingHooks.check_family_call` refuses.
         """
         video, overlap = call.extra.get("video"), call.extra.get("overlap_history")
         if video is None:

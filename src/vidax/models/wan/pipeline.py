@@ -40,6 +40,7 @@ from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, frames_of_form
 from vidax.pipelines.common import prompt_clean
 from vidax.pipelines.experts import expert_for_steps
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import IMAGE_FILE, OBJECT, CallOption
 from vidax.pipelines.prompts import encode_with
@@ -61,9 +62,31 @@ COMPONENTS = ComponentTable(
 )
 
 
-class WanPipeline(VideoPipeline):
-    """Wan text-to-video, and image-to-video on TI2V-5B (``image=``) (reference:
-    ``diffusers.WanPipeline``). Build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
+#: The keywords of Wan's image-to-video pipelines (SkyReels-V2's too) beyond the shared ones.
+WAN_I2V_OPTIONS = (
+    CallOption(
+        "last_image",
+        IMAGE_FILE,
+        "The last frame (diffusers' last_image): a video from --image to it "
+        "(Wan first-and-last-frame: FLF2V, and the 36-channel I2V checkpoints without an image encoder). "
+        "Resized to height x width like the first.",
+    ),
+    CallOption(
+        "image_embeds",
+        OBJECT,
+        "diffusers' image_embeds: the CLIP features ((1 or B,) L_img, D_img) of the "
+        "image (Wan2.1 I2V; pipe.encode_image(image) makes them), or (2 or 2B, L_img, D_img) of the first "
+        "and last images (FLF2V; pipe.encode_image([image, last_image])), instead of encoding them; "
+        "ignored by checkpoints without an image encoder, as diffusers.",
+    ),
+)
+
+
+class WanHooks(FamilyHooks):
+    """The Wan family's hooks, in one place: what :class:`WanPipeline` and
+    :class:`WanImageToVideoPipeline` share (each is ``(WanHooks, VideoPipeline)`` and declares its
+    task, keywords and own checks); SkyReels-V2's pipelines, Wan's loop with their transformer,
+    name it too."""
 
     separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
     prompt_embeds_args = ("prompt_embeds",)
@@ -272,7 +295,12 @@ class WanPipeline(VideoPipeline):
         return jnp.concatenate([cond["first_frame"].astype(latents.dtype), latents[:, 1:]], axis=1)
 
 
-class WanImageToVideoPipeline(WanPipeline):
+class WanPipeline(WanHooks, VideoPipeline):
+    """Wan text-to-video, and image-to-video on TI2V-5B (``image=``) (reference:
+    ``diffusers.WanPipeline``). Build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
+
+
+class WanImageToVideoPipeline(WanHooks, VideoPipeline):
     """Wan image-to-video (reference: ``diffusers.WanImageToVideoPipeline``): ``pipe(image, prompt, ...)``.
 
     ``image``: the first frame, a PIL image or uint8 array (H, W, 3) (see
@@ -289,99 +317,88 @@ class WanImageToVideoPipeline(WanPipeline):
     """
 
     task = "i2v"
-    call_options = (
-        CallOption(
-            "last_image",
-            IMAGE_FILE,
-            "The last frame (diffusers' last_image): a video from --image to it "
-            "(Wan first-and-last-frame: FLF2V, and the 36-channel I2V checkpoints without an image encoder). "
-            "Resized to height x width like the first.",
-        ),
-        CallOption(
-            "image_embeds",
-            OBJECT,
-            "diffusers' image_embeds: the CLIP features ((1 or B,) L_img, D_img) of the "
-            "image (Wan2.1 I2V; pipe.encode_image(image) makes them), or (2 or 2B, L_img, D_img) of the first "
-            "and last images (FLF2V; pipe.encode_image([image, last_image])), instead of encoding them; "
-            "ignored by checkpoints without an image encoder, as diffusers.",
-        ),
-    )
+    call_options = WAN_I2V_OPTIONS
 
     @classmethod
     def check_family_call(cls, info, call) -> None:
-        """The Wan checks, then ``last_image`` and ``image_embeds`` against the checkpoint.
-
-        Raises:
-            InputError: ``last_image`` not one image (PIL or uint8 (H, W[, 3|4])), with
-                ``num_frames`` 1, or on a Wan2.1 I2V checkpoint whose transformer takes one
-                image's CLIP features (no ``pos_embed_seq_len``) and no ``image_embeds``; an
-                FLF2V checkpoint without ``last_image`` or ``image_embeds``; ``image_embeds`` of
-                another shape than the checkpoint's transformer takes.
-        """
+        """The Wan checks, then :func:`check_image_to_video_call`."""
         super().check_family_call(info, call)
-        cfg = info.transformer_configs[0]
-        pairs = cfg.pos_embed_seq_len is not None  # FLF2V: CLIP features of two images per sample
-        root = info.checkpoint.root
-        given = call.extra.get("image_embeds")
-        last = call.extra.get("last_image")
-        if last is not None:
-            to_rgb_image(
-                one_image(last, "the Wan pipelines take", "last_image", list_of_one=True, what="last frame"),
-                "last_image",
-            )
-            if info.expand_timesteps:
-                logger.warning(
-                    "%s is ignored by %s (TI2V-5B: the image is the first latent frame and no other is "
-                    "conditioned), as diffusers' WanImageToVideoPipeline ignores it",
-                    Arg("last_image"),
-                    root,
-                )
-            elif call.num_frames < 2:
-                raise InputError(
-                    Arg("last_image"),
-                    " needs a video of at least 2 frames (the first and the last differ), got ",
-                    Arg("num_frames", call.num_frames),
-                )
-            elif info.has_image_encoder and not pairs and given is None:
-                raise InputError(
-                    Arg("last_image"),
-                    f" is not taken by {root}: its transformer takes the CLIP features of one image "
-                    f"(no pos_embed_seq_len in {info.checkpoint.config_file('transformer')}; the first-and-last-frame "
-                    "checkpoints, Wan2.1 FLF2V, have it), and diffusers' WanImageToVideoPipeline fails on this call too",
-                )
-        elif pairs and given is None:
-            raise InputError(
-                f"{root} is a first-and-last-frame checkpoint (pos_embed_seq_len={cfg.pos_embed_seq_len} "
-                "in its transformer: CLIP features of two images): ",
-                Arg("last_image"),
-                " is required (the last frame: a PIL image or a uint8 (H, W, 3) array)",
-            )
-        if given is not None:
-            from vidax.pipelines.base import finite_array
-
-            features = finite_array("image_embeds", given)
-            if features.ndim == 2 and not pairs:  # (L_img, D_img): diffusers' repeat(batch, 1, 1) adds the axis
-                features = features[None]
-            n = 2 if pairs else 1
-            rows = (n, n * call.batch)
-            tokens = cfg.pos_embed_seq_len // 2 if pairs else None
-            if (
-                features.ndim != 3
-                or features.shape[0] not in rows
-                or (info.has_image_encoder and features.shape[2] != cfg.image_dim)
-                or (tokens is not None and features.shape[1] != tokens)
-            ):
-                width = cfg.image_dim if info.has_image_encoder else "width"
-                raise InputError(
-                    Arg("image_embeds"),
-                    f" has shape {tuple(features.shape)}; diffusers' layout is "
-                    f"({' or '.join(map(str, dict.fromkeys(rows)))}, "
-                    f"{tokens if tokens is not None else 'image tokens'}, {width})"
-                    + (" (the first and the last image of each video)" if pairs else ""),
-                )
+        check_image_to_video_call(info, call)
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+
+def check_image_to_video_call(info: WanInfo, call) -> None:
+    """``last_image`` and ``image_embeds`` against the checkpoint (Wan's and SkyReels-V2's image-to-video).
+
+    Raises:
+        InputError: ``last_image`` not one image (PIL or uint8 (H, W[, 3|4])), with
+            ``num_frames`` 1, or on a Wan2.1 I2V checkpoint whose transformer takes one
+            image's CLIP features (no ``pos_embed_seq_len``) and no ``image_embeds``; an
+            FLF2V checkpoint without ``last_image`` or ``image_embeds``; ``image_embeds`` of
+            another shape than the checkpoint's transformer takes.
+    """
+    cfg = info.transformer_configs[0]
+    pairs = cfg.pos_embed_seq_len is not None  # FLF2V: CLIP features of two images per sample
+    root = info.checkpoint.root
+    given = call.extra.get("image_embeds")
+    last = call.extra.get("last_image")
+    if last is not None:
+        to_rgb_image(
+            one_image(last, "the Wan pipelines take", "last_image", list_of_one=True, what="last frame"),
+            "last_image",
+        )
+        if info.expand_timesteps:
+            logger.warning(
+                "%s is ignored by %s (TI2V-5B: the image is the first latent frame and no other is "
+                "conditioned), as diffusers' WanImageToVideoPipeline ignores it",
+                Arg("last_image"),
+                root,
+            )
+        elif call.num_frames < 2:
+            raise InputError(
+                Arg("last_image"),
+                " needs a video of at least 2 frames (the first and the last differ), got ",
+                Arg("num_frames", call.num_frames),
+            )
+        elif info.has_image_encoder and not pairs and given is None:
+            raise InputError(
+                Arg("last_image"),
+                f" is not taken by {root}: its transformer takes the CLIP features of one image "
+                f"(no pos_embed_seq_len in {info.checkpoint.config_file('transformer')}; the first-and-last-frame "
+                "checkpoints, Wan2.1 FLF2V, have it), and diffusers' WanImageToVideoPipeline fails on this call too",
+            )
+    elif pairs and given is None:
+        raise InputError(
+            f"{root} is a first-and-last-frame checkpoint (pos_embed_seq_len={cfg.pos_embed_seq_len} "
+            "in its transformer: CLIP features of two images): ",
+            Arg("last_image"),
+            " is required (the last frame: a PIL image or a uint8 (H, W, 3) array)",
+        )
+    if given is not None:
+        from vidax.pipelines.base import finite_array
+
+        features = finite_array("image_embeds", given)
+        if features.ndim == 2 and not pairs:  # (L_img, D_img): diffusers' repeat(batch, 1, 1) adds the axis
+            features = features[None]
+        n = 2 if pairs else 1
+        rows = (n, n * call.batch)
+        tokens = cfg.pos_embed_seq_len // 2 if pairs else None
+        if (
+            features.ndim != 3
+            or features.shape[0] not in rows
+            or (info.has_image_encoder and features.shape[2] != cfg.image_dim)
+            or (tokens is not None and features.shape[1] != tokens)
+        ):
+            width = cfg.image_dim if info.has_image_encoder else "width"
+            raise InputError(
+                Arg("image_embeds"),
+                f" has shape {tuple(features.shape)}; diffusers' layout is "
+                f"({' or '.join(map(str, dict.fromkeys(rows)))}, "
+                f"{tokens if tokens is not None else 'image tokens'}, {width})"
+                + (" (the first and the last image of each video)" if pairs else ""),
+            )
 
 
 def clip_processor_config(ckpt: Checkpoint) -> dict:
