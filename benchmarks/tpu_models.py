@@ -245,6 +245,7 @@ def build_step(
 
     from vidax.nn.kernels import as_stack_bits
     from vidax.parallel.offload import offloaded_stacks
+    from vidax.pipelines.loading import load_component
 
     overrides = dict(preset.tiny if tiny else {})
     if num_layers is not None:
@@ -252,7 +253,7 @@ def build_step(
     cls, info = configs_only(preset.folder, overrides)
     cfg, module = build_transformer(info, dtype, blocks, reuse_chunks, attention)
     module.set_micro_batch(micro_batch)  # the CFG batch in parts of this many rows per layer (None: whole)
-    modules = {"transformer": module, "scheduler": cls.load_component(info, "scheduler")}
+    modules = {"transformer": module, "scheduler": load_component(info, "scheduler")}
     pipe = cls(info, modules, dtype=dtype)
     kwargs = dict(preset.tiny_call if tiny else {}, **(call or {}))
     kwargs.setdefault("num_inference_steps", steps)

@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     import numpy as np
 
     from vidax.compile_cache import count_compiles
+    from vidax.pipelines.loading import load_component
     from vidax.stats import RunStats
 
     model = MODELS[args.model]
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     vae = build_vae(info, dtype)
     if args.tiling:
         vae.enable_tiled_decode()
-    pipe = cls(info, {"vae": vae, "scheduler": cls.load_component(info, "scheduler")}, dtype=jnp.bfloat16)
+    pipe = cls(info, {"vae": vae, "scheduler": load_component(info, "scheduler")}, dtype=jnp.bfloat16)
     pipe.matmul_precision = args.matmul_precision  # given: the decode runs at it (not the bf16 run's VAE default)
     call = dict(model.tiny_call if args.tiny else {}, num_inference_steps=2)  # LTX-2 refuses one step
     call.pop("max_sequence_length", None)

@@ -27,6 +27,16 @@ import pytest  # noqa: E402
 jax.config.update("jax_default_matmul_precision", "highest")
 
 
+#: Files that take minutes on one worker (test_serve.py: ~5 min): they are collected first, so that
+#: under ``-n 2 --dist loadfile`` (one file, one unit of work, handed out in collection order) they
+#: start at once instead of ending the run alone while the other worker waits.
+LONG_FILES = ("test_serve.py",)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: item.path.name not in LONG_FILES)  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _torch_threads():
     try:
