@@ -440,6 +440,10 @@ def main(argv: list[str] | None = None) -> dict | str:
         return text
     if sum(x is not None for x in (args.model, args.checkpoint, args.line, args.released)) != 1:
         p.error("give one of --model, --checkpoint, --line and --released")
+    if args.released is not None and not os.path.isfile(os.path.join(REFERENCE, args.released, "model_index.json")):
+        p.error(
+            f"--released {args.released!r} is no pipeline folder of {REFERENCE} (its folders are named owner__repo)"
+        )
     row = run(args, hard_stop=argv is None)
     return report(row, args.out)
 

@@ -111,6 +111,8 @@ def test_tpu_e2e_row_of_a_refused_line_names_the_refusal(monkeypatch):
     assert row["plan"] == tpu_e2e.main([*long, "--frames", "97"])["plan"]
     with pytest.raises(SystemExit):
         tpu_e2e.main([*long, "--call", "overlap history"])
+    with pytest.raises(SystemExit):
+        tpu_e2e.main(["--released", "Skywork__SkyReels-V2-DF-1.3B"])  # no such folder: one line, no traceback
 
 
 def test_tpu_e2e_stops_at_its_budget_and_still_reports(capsys):
