@@ -91,6 +91,43 @@ def test_chunks_streamed_equal_the_whole_decode(pipe):
     none = pipe("a cat", num_frames=21, on_chunk=kept.append, keep_chunks=False, **CALL).frames
     assert none.shape == (1, 0, 32, 48, 3)
     assert np.array_equal(np.concatenate([c.frames for c in kept], axis=1), whole)
+    # Tiled (a 540P / 720P chunk's decode does not fit a 16 GB chip untiled): each tile's cache
+    # carried from chunk to chunk in host memory; the chunks equal the whole video's tiled decode.
+    pipe.vae.enable_tiling(16, 16, 8, 8)
+    try:
+        tiles: list[FinishedChunk] = []
+        pipe("a cat", num_frames=21, on_chunk=tiles.append, **CALL)
+        tiled = pipe("a cat", num_frames=21, **CALL).frames
+    finally:
+        pipe.vae.disable_tiling()
+    assert len(tiles) == 4 and np.array_equal(np.concatenate([c.frames for c in tiles], axis=1), tiled)
+    assert np.abs(tiled - whole).max() > 1e-4  # tiles blended: not the untiled decode
+
+
+def test_the_transformer_waits_in_host_memory_while_each_chunk_decodes(df_path, pipe, monkeypatch):
+    """keep_transformer=False (what the plan chooses where the decode does not fit beside the
+    transformer: SkyReels-V2-DF-1.3B at 544x960 on a 16 GB chip): the transformer's weights are in
+    host memory while every streamed chunk decodes, as in a whole video's decode, and on the device
+    for the steps between; the frames equal the resident pipeline's."""
+    from flax import nnx
+
+    from vidax.models.skyreels_v2.long_video import ChunkDecoder
+    from vidax.parallel.offload import OffloadConfig
+
+    staged = vidax.load_pipeline(df_path, dtype="float32", offload=OffloadConfig(keep_transformer=False))
+    kinds, decode = [], ChunkDecoder.__call__
+
+    def spy(self, z):
+        kinds.append({a.sharding.memory_kind for a in jax.tree.leaves(nnx.state(staged.transformer))})
+        return decode(self, z)
+
+    monkeypatch.setattr(ChunkDecoder, "__call__", spy)
+    got: list[FinishedChunk] = []
+    frames = staged("a cat", num_frames=17, on_chunk=got.append, **CALL).frames
+    assert len(got) == 3 and kinds == [{"pinned_host"}] * 3
+    assert {a.sharding.memory_kind for a in jax.tree.leaves(nnx.state(staged.transformer))} == {"device"}
+    monkeypatch.undo()
+    assert np.array_equal(frames, pipe("a cat", num_frames=17, **CALL).frames)
 
 
 def test_an_interrupted_long_video_keeps_the_chunks_done(pipe, tmp_path, capsys):

@@ -18,7 +18,6 @@ reports the chunk in its events. The call then returns these frames instead of d
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +29,7 @@ from flax import nnx
 from vidax.nn.precision import matmul_precision
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.output import check_finite
+from vidax.pipelines.staging import transformers_of
 
 #: The call keyword of the chunk callback (an ``OBJECT`` option: no flag).
 ON_CHUNK = CallOption(
@@ -88,41 +88,26 @@ class FinishedChunk:
 
 
 class ChunkDecoder:
-    """The Wan VAE's decode of a video's latents given a few frames at a time, its causal cache
-    carried from one call to the next: the frames of all calls together equal
-    ``vae.decode`` of all the latents at once (its frame-by-frame decode, ``decode_chunk``).
+    """The Wan VAE's decode of a video's latents given a few frames at a time
+    (:meth:`~vidax.models.wan.vae.WanVAE.decode_stream`): the frames of all calls together equal
+    ``vae.decode`` of all the latents at once (tiled where the VAE's tiling applies), and between
+    calls its causal caches wait in host memory (the device holds nothing of the decode while
+    the next chunk is denoised).
 
     Args:
-        vae: the pipeline's ``AutoencoderKLWan`` (untiled: a tiled decode needs the whole video),
-            split again at every call (where the pipeline stages it, it is placed for the call).
+        vae: the pipeline's ``AutoencoderKLWan`` (where the pipeline stages it, it is placed for
+            each call).
     """
 
     def __init__(self, vae: Any):
         self.vae = vae
-        self.cache: tuple | None = None
+        self.caches: dict = {}
 
     def __call__(self, z: jax.Array) -> np.ndarray:
         """``z``: de-normalised latents (B, n, h, w, C_z), the video's next n latent frames ->
         float32 numpy (B, frames, H, W, 3) in [-1, 1] (1 + 4 (n - 1) frames for the first call,
         4 n after)."""
-        graphdef, state = nnx.split(self.vae)
-        out = []
-        for i in range(z.shape[1]):
-            first = self.cache is None
-            if first:
-                self.cache = self.vae.decode_cache(z[:, :1], graphdef, state)
-            frames, self.cache = _decode_chunk(
-                graphdef, state, jnp.asarray(z[:, i : i + 1]), self.cache, np.bool_(first)
-            )
-            # a copy: no host array aliases the device buffer (CPU backends share memory)
-            out.append(np.array(np.asarray(frames)[:, :1] if first else frames))
-            del frames
-        return np.concatenate(out, axis=1)
-
-
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
-def _decode_chunk(graphdef, state, z, cache, first):
-    return nnx.merge(graphdef, state).decode_chunk(z, cache, first)
+        return self.vae.decode_stream(z, self.caches)
 
 
 class FinishedLatents:
@@ -202,7 +187,12 @@ class LongVideo:
         count, done = len(chunks), [0]
 
         def chunk_done(index: int, new: jax.Array, end: int, stats) -> None:
-            with stats.timed("decode_s"), self.staging.on_device("vae"), matmul_precision(self.vae_matmul_precision):
+            with (
+                stats.timed("decode_s"),
+                self.staging.off_device(transformers_of(self)),
+                self.staging.on_device("vae"),
+                matmul_precision(self.vae_matmul_precision),
+            ):
                 z = self.decode_input(call, self.vae.denormalize_latents(new[:, : new.shape[1] - end]))
                 video = decoder(z)
                 check_finite(f"the VAE decode (chunk {index + 1} of {count})", video, nnx.state(self.vae, nnx.Param))

@@ -61,6 +61,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 
@@ -738,25 +739,67 @@ class WanVAE(TiledVAE, nnx.Module):
         where = jax.tree.leaves(state)[0].sharding
         return tuple(jax.device_put(np.zeros(c.shape, c.dtype), where) for c in cache)
 
-    def _tiled_decode(self, z, graphdef, state) -> np.ndarray:
+    def decode_stream(self, z, caches: dict) -> np.ndarray:
+        """Decode a video's next latent frames, the causal caches of the frames before held in
+        host memory between calls: the frames of all calls together equal :meth:`decode` of all
+        the latents at once (tiled as it would be, where :meth:`enable_tiling` applies to the
+        size), and the device holds nothing of the video between calls (a long video decoded as
+        each chunk of it is made).
+
+        Args:
+            z: unnormalised latents ``(B, n, H', W', C_z)``, the video's next ``n`` latent frames.
+            caches: the stream's caches (host arrays, one entry per tile); empty for the first
+                call, updated in place.
+
+        Returns:
+            float32 numpy ``(B, frames, s H', s W', C)`` in ``[-1, 1]``: ``1 + 4 (n - 1)`` frames
+            on the first call, ``4 n`` after.
+        """
+        shape = _check_array("z", z, self.config.z_dim, "z_dim")
+        graphdef, state = nnx.split(self)
+        if self._tiles(shape):
+            return self._tiled_decode(z, graphdef, state, caches)
+        return self._decode_frames(z, graphdef, state, caches, 0, False)
+
+    def _decode_frames(self, z, graphdef, state, caches: dict | None, key: int, raw: bool) -> np.ndarray:
+        """``z (B, n, h, w, C_z)`` decoded frame by frame (each frame copied to host as it ends),
+        with the cache ``caches[key]`` (host arrays) left by the frames before, stored back there
+        after (``caches`` None, or no entry: the video's first frames, from the zero cache)."""
+        first = caches is None or key not in caches
+        if first:
+            cache = self.decode_cache(z[:, :1], graphdef, state, raw=raw)
+        else:
+            where = jax.tree.leaves(state)[0].sharding
+            cache = tuple(jax.device_put(c, where) for c in caches[key])
+        frames = []
+        for k in range(z.shape[1]):
+            out, cache = _decode_chunk(
+                graphdef, state, jnp.asarray(z[:, k : k + 1]), cache, np.bool_(first and k == 0), raw
+            )
+            # a copy: no host array aliases the device buffer (CPU backends share memory); the
+            # video's first chunk keeps its frame 0 (sliced on host: no program for the slice)
+            frames.append(np.array(np.asarray(out)[:, :1] if first and k == 0 else out))
+            del out
+        if caches is not None:
+            caches[key] = tuple(np.array(c) for c in cache)
+        return np.concatenate(frames, axis=1)
+
+    def _tiled_decode(self, z, graphdef, state, caches: dict | None = None) -> np.ndarray:
         """``AutoencoderKLWan.tiled_decode``: each latent tile decoded frame by frame with its own
-        cache (every chunk copied to host as it ends), then blended on host in raster order, cut
-        to the video size, unfolded and clamped. Returns ``(B, 1 + 4 (T' - 1), s H', s W', C)``."""
+        cache (every chunk copied to host as it ends; with ``caches``, the tiles' caches carried
+        from the frames before, see :meth:`decode_stream`), then blended on host in raster order
+        (each frame on its own), cut to the video size, unfolded and clamped. Returns ``(B,
+        frames, s H', s W', C)``."""
         cfg, t = self.config, self.tiling
         s, p = cfg.spatial_compression, cfg.patch
         tile = (t.tile_sample_min_height // s, t.tile_sample_min_width // s)
         step = (t.tile_sample_stride_height // s, t.tile_sample_stride_width // s)
         keep = (t.tile_sample_stride_height // p, t.tile_sample_stride_width // p)
         extent = (t.tile_sample_min_height // p - keep[0], t.tile_sample_min_width // p - keep[1])
+        order = itertools.count()  # the tiles in raster order, the same on every call
 
         def run(zt) -> np.ndarray:
-            frames, cache = [], self.decode_cache(zt[:, :1], graphdef, state, raw=True)
-            for k in range(zt.shape[1]):
-                zk = jnp.asarray(zt[:, k : k + 1])
-                out, cache = _decode_chunk(graphdef, state, zk, cache, np.bool_(k == 0), True)
-                frames.append(np.array(np.asarray(out)[:, :1] if k == 0 else out))
-                del out
-            return np.concatenate(frames, axis=1)
+            return self._decode_frames(zt, graphdef, state, caches, next(order), True)
 
         dec = tiled(run, z, tile, step, extent, keep)[:, :, : z.shape[2] * s // p, : z.shape[3] * s // p]
         return np.clip(unpatchify(dec, p), -1.0, 1.0)
