@@ -101,8 +101,9 @@ def step_row(preset, blocks: int, tiny: bool, device, platform: str) -> dict:
 
 
 def decode_program(vae, z_shape):
-    """``(fn(state, z), state, z ShapeDtypeStruct)``: the VAE's decode chunk program for latents
-    ``z_shape`` (channels last), as its decode runs it."""
+    """``(fn, args)``: the VAE's decode chunk program for latents ``z_shape`` (channels last), as
+    its decode runs it (for the Wan VAE a chunk after the first, with the cache it is given), and
+    its arguments (the parameters first; ShapeDtypeStructs for the rest)."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -111,11 +112,15 @@ def decode_program(vae, z_shape):
     name = type(vae).__name__
     b, t, h, w, c = z_shape
     if name.startswith("Wan"):  # one latent frame a chunk, the cache carried between chunks
+        # a chunk after the first: the cache the chunk before left (its peak program; the first
+        # chunk's, from the zero cache, compiles to less)
+        zi = jax.ShapeDtypeStruct((b, 1, h, w, c), jnp.float32)
+        _, cache = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s).decode_chunk(x, None, True), state, zi)
 
-        def fn(state, z):
-            return nnx.merge(graphdef, state).decode_chunk(z, None, True)
+        def fn(state, z, cache):
+            return nnx.merge(graphdef, state).decode_chunk(z, cache, False)
 
-        t = 1
+        return fn, (state, zi, cache)
     elif hasattr(vae, "decode_tile"):  # HunyuanVideo (1.5): the whole clip in each tile
 
         def fn(state, z):
@@ -132,7 +137,7 @@ def decode_program(vae, z_shape):
             return nnx.merge(dec_graph, state)(z, temb, _Noise(key)).astype(jnp.float32)
 
         state = dec_state
-    return fn, state, jax.ShapeDtypeStruct((b, t, h, w, c), jnp.float32)
+    return fn, (state, jax.ShapeDtypeStruct((b, t, h, w, c), jnp.float32))
 
 
 def tile_latents(vae, z_shape) -> tuple:
@@ -167,17 +172,12 @@ def decode_rows(info, z_shape, device, tiny: bool, programs) -> dict:
     if "decode" not in programs and "decode_tiled" not in programs:
         return {}
     vae = build_vae(info, jnp.float32) if tiny else abstract_vae(info)
-    out = {"decode": compile_on(*_fn_args(vae, z_shape), device)} if "decode" in programs else {}
+    out = {"decode": compile_on(*decode_program(vae, z_shape), device)} if "decode" in programs else {}
     if "decode_tiled" in programs and hasattr(vae, "enable_tiled_decode"):
         vae.enable_tiled_decode()
         tile = tile_latents(vae, z_shape)
-        out["decode_tiled"] = {"latents": list(tile), **compile_on(*_fn_args(vae, tile), device)}
+        out["decode_tiled"] = {"latents": list(tile), **compile_on(*decode_program(vae, tile), device)}
     return out
-
-
-def _fn_args(vae, z_shape):
-    fn, state, z = decode_program(vae, z_shape)
-    return fn, (state, z)
 
 
 def abstract_vae(info):

@@ -212,7 +212,9 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     import dataclasses
 
     assert cls.memory_estimate(info, dataclasses.replace(call, height=h, width=w)).with_tiling().total <= free
-    assert cls.memory_estimate(info, dataclasses.replace(call, height=h + 16, width=w + 16)).with_tiling().total > free
+    # the next size up the search tried: 16 pixels taller, the width keeping the 480 x 800 aspect
+    taller = dataclasses.replace(call, height=h + 16, width=round(800 * (h + 16) / 480 / 16) * 16)
+    assert cls.memory_estimate(info, taller).with_tiling().total > free
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
         assert cls.check_memory(info, call, available=(free, "test memory"), refuse=False).total == need
     assert "running it anyway" in caplog.records[-1].getMessage()

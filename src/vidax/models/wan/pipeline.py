@@ -456,12 +456,18 @@ def wan_vae_decode_size(vae) -> dict:
     base_dim) x dim_mult[0]`` channels at ``1 / patch`` of the pixels a side (Wan2.2's VAE folds
     2 x 2 pixels into channels): counted per pixel as that width over ``patch ** 2``. The cache
     the decode carries from chunk to chunk (:func:`~vidax.models.wan.vae.decode_cache_bytes_per_latent_pixel`)
-    is counted per video pixel."""
-    from vidax.models.wan.vae import WanTiling, decode_cache_bytes_per_latent_pixel
+    is counted per video pixel.
+
+    The decode's largest program is, by the TPU compiler's temporaries for one v5e: for the Wan2.1
+    VAE (no patch) a chunk after the first, whose causal convolutions put the ``CACHE_T`` cached
+    frames before its own (8.51 GiB at 480 x 832, the first chunk's 5.05): counted as
+    ``temporal_compression + CACHE_T`` frames; for the Wan2.2 VAE the first chunk's (7.17 GiB at
+    720 x 1280, a later one's 6.37): ``temporal_compression`` frames."""
+    from vidax.models.wan.vae import CACHE_T, WanTiling, decode_cache_bytes_per_latent_pixel
 
     return dict(
         decode_state_bytes_per_pixel=decode_cache_bytes_per_latent_pixel(vae) / vae.spatial_compression**2,
-        decode_frames=vae.temporal_compression,
+        decode_frames=vae.temporal_compression + (CACHE_T if vae.patch == 1 else 0),
         decode_channels=max(1, (vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0] // vae.patch**2),
         decode_tile=WanTiling().tile_sample_min_height,
     )
