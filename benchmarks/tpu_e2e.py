@@ -22,6 +22,10 @@ the video is noise), at the checkpoint's call defaults or the given size / steps
   the steps that ran before it;
 * ``default_steps`` (the checkpoint's step count) and ``video_s_default_steps``: the process's time to
   the video at that step count, from the run's median step (a row may run fewer steps to fit a call);
+* a long video (a diffusion-forcing checkpoint, ``--call overlap_history=17 --frames 721``): the
+  mp4 is written chunk by chunk as ``vidax generate`` writes it (no frames kept), ``chunks`` lists
+  ``[frames it added, seconds since the call began when it was written]``; ``frames`` and
+  ``frames_per_wall_s`` (the video's frames over the process wall) for every row with a video;
 * ``cache``: ``cold`` (``--compile-cache DIR`` empty or new), ``warm`` (DIR holds entries) or
   ``off``; ``device_kind``, ``jax``, what vidax chose (staging, tiling) in ``placement``.
 
@@ -42,6 +46,7 @@ docs/benchmarks/tpu.md instead of running anything.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -249,6 +254,21 @@ def run(args, hard_stop: bool = False) -> dict:
         t0 = time.perf_counter()
         pipe = plan.pipeline.from_plan(plan, progress=args.progress)
         row["load_s"] = round(time.perf_counter() - t0, 2)
+        path = args.output or os.path.join(tempfile.mkdtemp(prefix="vidax-e2e-"), "video.mp4")
+        writer, chunks, finite = None, [], []
+        if getattr(pipe, "CHUNK_CALLBACK", None):  # a long video: written chunk by chunk, as vidax generate does
+            from vidax.io.growing import GrowingMp4
+
+            writer = GrowingMp4(path, pipe.video_fps(c), overwrite=True)
+
+            def chunk_done(chunk) -> None:
+                writer.append(chunk.frames[0])
+                finite.append(bool(np.isfinite(chunk.frames).all()))
+                chunks.append([chunk.frames.shape[1], round(time.perf_counter() - t_call, 2)])
+                if args.progress:
+                    print(f"chunk {chunk.index + 1} of {chunk.count}: {chunks[-1]}", file=sys.stderr, flush=True)
+
+            c = dataclasses.replace(c, extra={**c.extra, pipe.CHUNK_CALLBACK: chunk_done, pipe.CHUNK_KEEP: False})
         t_call = time.perf_counter()
         try:
             out = pipe.generate(c)
@@ -283,26 +303,37 @@ def run(args, hard_stop: bool = False) -> dict:
                 },
             )
             t0 = time.perf_counter()
-            path = args.output or os.path.join(tempfile.mkdtemp(prefix="vidax-e2e-"), "video.mp4")
-            audio = None if out.audio is None else out.audio[0]
-            write_video(
-                out.frames[0],
-                path,
-                fps=pipe.video_fps(c),
-                overwrite=True,
-                audio=audio,
-                sample_rate=out.audio_sample_rate,
-            )
+            if writer is not None:
+                frames = writer.frames
+                writer.finish()
+                # chunk: (frames it added, seconds since the call began when it was written)
+                row.update(chunks=chunks, frames_written=frames)
+            else:
+                audio = None if out.audio is None else out.audio[0]
+                write_video(
+                    out.frames[0],
+                    path,
+                    fps=pipe.video_fps(c),
+                    overwrite=True,
+                    audio=audio,
+                    sample_rate=out.audio_sample_rate,
+                )
+                frames = out.frames.shape[1]
             row["write_s"] = round(time.perf_counter() - t0, 2)
             row["output"] = path
-            row["finite"] = bool(np.isfinite(out.frames).all())
+            row["finite"] = all(finite) if writer is not None else bool(np.isfinite(out.frames).all())
+            row["frames_per_wall_s"] = None  # set below, from the process wall
+            row["frames"] = frames
+        elif writer is not None:
+            writer.abort()
         call_s = time.perf_counter() - t_call
     row["total_s"] = round(row["load_s"] + call_s, 2)
     if row.get("step_s"):
         row["s_per_step"] = round(statistics.median(row["step_s"]), 3)
         if row.get("write_s") is not None:  # the video at the checkpoint's own step count, from the median step
+            calls = len(row["step_s"]) / row["steps"]  # transformer steps a step: a long video's chunks
             row["video_s_default_steps"] = round(
-                row["total_s"] + row["startup_s"] + (default_steps - len(row["step_s"])) * row["s_per_step"], 1
+                row["total_s"] + row["startup_s"] + (default_steps - row["steps"]) * calls * row["s_per_step"], 1
             )
     row.update(
         peak_hbm_gib=peak_hbm_gib(),
@@ -312,10 +343,15 @@ def run(args, hard_stop: bool = False) -> dict:
         compile_cache=cache_used,
     )
     if preset is not None and row.get("s_per_step"):
-        flops = float(preset.flops(pipe.transformer.config, step_parts(preset, pipe, c)[4]))
+        one = c  # a long video's step runs on one chunk: at most base_num_frames
+        if writer is not None:
+            one = dataclasses.replace(c, num_frames=min(c.num_frames, c.extra.get("base_num_frames", 97)))
+        flops = float(preset.flops(pipe.transformer.config, step_parts(preset, pipe, one)[4]))
         row["step_flops"], row["step_tflop"] = flops, round(flops / 1e12, 3)
         row["mfu"] = round(flops / row["s_per_step"] / dev["peak_flops"], 3) if dev["peak_flops"] else None
     row["process_wall_s"] = round(process_age_s(), 2)
+    if row.get("frames"):
+        row["frames_per_wall_s"] = round(row["frames"] / row["process_wall_s"], 3)
     return row
 
 

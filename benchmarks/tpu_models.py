@@ -756,4 +756,14 @@ PRESETS: dict[str, Preset] = {
         note="Cosmos3-Edge, 256 prompt tokens, CFG batch 2, UniPC",
         tiny_components={"vae": WAN_TINY_COMPONENTS["vae"]},
     ),
+    "skyreels-df-1.3b": Preset(
+        "Skywork__SkyReels-V2-DF-1.3B-540P-Diffusers",
+        _wan_embeds,
+        _wan_shapes,
+        wan_flops,
+        WAN_TINY,
+        WAN_TINY_CALL,
+        note="SkyReels-V2-DF-1.3B-540P, 544x960, 97-frame chunks, CFG batch 2, UniPC",
+        tiny_components=WAN_TINY_COMPONENTS,
+    ),
 }
