@@ -748,6 +748,8 @@ def test_lists_cut_long_prompts_and_interrupted_jobs_are_queued_again(toy_checkp
 
 
 def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
+    """Each bad flag: exit 2 and one line naming it, before any weight is read (in-process; the
+    first also as its own process, where a traceback would show)."""
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
@@ -777,14 +779,18 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
             (["--api-key", " "], "--api-key is empty"),
             (["--preset", "distilled"], "--preset 'distilled' is not a preset of WanPipeline (it is ltx2's)"),
         ):
-            r = subprocess.run(
-                [sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "jobs"), *args],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+            r = _serve_cli("--jobs-dir", str(tmp_path / "jobs"), *args)
+            assert (
+                r.exit_code == 2 and message in r.stderr and r.exception is None or isinstance(r.exception, SystemExit)
+            ), (args, r.stderr, r.exception)
             assert "loading" not in r.stderr, r.stderr  # refused before any weight is read
+        r = subprocess.run(
+            [sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "file")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 2 and "is a file, not a folder" in r.stderr and "Traceback" not in r.stderr, r.stderr
     finally:
         taken.close()
 
