@@ -283,7 +283,7 @@ def test_video_pipeline_methods_and_family_depth():
 DUPLICATE_WINDOW = 6
 #: A window standing in more places than this is boilerplate, not a pair (as the scan's limit).
 DUPLICATE_MAX_PLACES = 8
-IDENTICAL_PAIRS_TARGET, MAX_IDENTICAL_PAIRS = 12, 14
+IDENTICAL_PAIRS_TARGET, MAX_IDENTICAL_PAIRS = 12, 8
 _PUNCTUATION = frozenset("()[]{},:;")
 _IMPORT = re.compile(r"(from\s+[\w.]+\s+import|import\s+[\w.]+)\b")
 

@@ -189,6 +189,12 @@ def family_pipelines(package: str, *class_names: str) -> tuple[PipelineSpec, ...
     return tuple(PipelineSpec(name, f"{package}.pipeline:{name}") for name in class_names)
 
 
+#: The config keys ``vidax inspect`` shows first for a diffusion transformer (after its layer
+#: counts) and for a VAE: the names diffusers' model configs share.
+TRANSFORMER_SHAPE_KEYS = ("num_attention_heads", "attention_head_dim", "in_channels", "out_channels")
+VAE_SHAPE_KEYS = ("latent_channels", "block_out_channels", "layers_per_block")
+
+
 def family_component(
     package: str,
     kind: str,

@@ -6,7 +6,7 @@ VAE configs, whole-checkpoint reading), ``transformer.py``, ``vae.py`` (model co
 for the one component loader) and ``pipeline.py`` (the pipeline hooks).
 """
 
-from vidax.registry import Family, family_component, family_pipelines
+from vidax.registry import TRANSFORMER_SHAPE_KEYS, VAE_SHAPE_KEYS, Family, family_component, family_pipelines
 
 _PKG = "vidax.models.cogvideox"
 
@@ -23,10 +23,7 @@ FAMILY = Family(
             block_stacks=("transformer_blocks",),
             key_configs=(
                 "num_layers",
-                "num_attention_heads",
-                "attention_head_dim",
-                "in_channels",
-                "out_channels",
+                *TRANSFORMER_SHAPE_KEYS,
                 "patch_size",
                 "patch_size_t",
                 "use_rotary_positional_embeddings",
@@ -45,9 +42,7 @@ FAMILY = Family(
             "vae:CogVideoXVAE",
             "CogVideoXVAEConfig",
             key_configs=(
-                "latent_channels",
-                "block_out_channels",
-                "layers_per_block",
+                *VAE_SHAPE_KEYS,
                 "temporal_compression_ratio",
                 "scaling_factor",
             ),

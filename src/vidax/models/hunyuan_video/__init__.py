@@ -6,7 +6,7 @@ parameters: the tables the registry entries name for the one component loader) a
 (the T2V and I2V pipeline hooks).
 """
 
-from vidax.registry import Family, family_component, family_pipelines
+from vidax.registry import TRANSFORMER_SHAPE_KEYS, VAE_SHAPE_KEYS, Family, family_component, family_pipelines
 
 _PKG = "vidax.models.hunyuan_video"
 
@@ -25,10 +25,7 @@ FAMILY = Family(
                 "num_layers",
                 "num_single_layers",
                 "num_refiner_layers",
-                "num_attention_heads",
-                "attention_head_dim",
-                "in_channels",
-                "out_channels",
+                *TRANSFORMER_SHAPE_KEYS,
                 "patch_size",
                 "patch_size_t",
                 "text_embed_dim",
@@ -43,9 +40,7 @@ FAMILY = Family(
             "vae:HunyuanVideoVAE",
             "HunyuanVideoVAEConfig",
             key_configs=(
-                "latent_channels",
-                "block_out_channels",
-                "layers_per_block",
+                *VAE_SHAPE_KEYS,
                 "spatial_compression_ratio",
                 "temporal_compression_ratio",
                 "scaling_factor",

@@ -8,7 +8,7 @@ Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py``, 
 one component loader) and ``pipeline.py`` (the text-to-video and image-to-video pipeline hooks).
 """
 
-from vidax.registry import Family, family_component, family_pipelines
+from vidax.registry import TRANSFORMER_SHAPE_KEYS, VAE_SHAPE_KEYS, Family, family_component, family_pipelines
 
 _PKG = "vidax.models.hunyuan_video15"
 
@@ -26,10 +26,7 @@ FAMILY = Family(
             key_configs=(
                 "num_layers",
                 "num_refiner_layers",
-                "num_attention_heads",
-                "attention_head_dim",
-                "in_channels",
-                "out_channels",
+                *TRANSFORMER_SHAPE_KEYS,
                 "patch_size",
                 "patch_size_t",
                 "text_embed_dim",
@@ -45,9 +42,7 @@ FAMILY = Family(
             "vae:HunyuanVideo15VAE",
             "HunyuanVideo15VAEConfig",
             key_configs=(
-                "latent_channels",
-                "block_out_channels",
-                "layers_per_block",
+                *VAE_SHAPE_KEYS,
                 "spatial_compression_ratio",
                 "temporal_compression_ratio",
                 "scaling_factor",

@@ -8,9 +8,19 @@ parameters: the tables the registry entries name for the one component loader), 
 (LTXLatentUpsamplePipeline).
 """
 
-from vidax.registry import Family, PipelineSpec, family_component, family_pipelines
+from vidax.registry import TRANSFORMER_SHAPE_KEYS, Family, PipelineSpec, family_component, family_pipelines
 
 _PKG = "vidax.models.ltx"
+
+#: The latent upsampler's config keys ``vidax inspect`` shows (LTX-2's add their own).
+UPSAMPLER_KEY_CONFIGS = (
+    "in_channels",
+    "mid_channels",
+    "num_blocks_per_stage",
+    "dims",
+    "spatial_upsample",
+    "temporal_upsample",
+)
 
 FAMILY = Family(
     name="ltx",
@@ -28,10 +38,7 @@ FAMILY = Family(
             block_stacks=("transformer_blocks",),
             key_configs=(
                 "num_layers",
-                "num_attention_heads",
-                "attention_head_dim",
-                "in_channels",
-                "out_channels",
+                *TRANSFORMER_SHAPE_KEYS,
                 "caption_channels",
                 "cross_attention_dim",
             ),
@@ -58,14 +65,7 @@ FAMILY = Family(
             "LTXLatentUpsamplerModel",
             "upsampler:LTXLatentUpsamplerModel",
             "LTXLatentUpsamplerConfig",
-            key_configs=(
-                "in_channels",
-                "mid_channels",
-                "num_blocks_per_stage",
-                "dims",
-                "spatial_upsample",
-                "temporal_upsample",
-            ),
+            key_configs=UPSAMPLER_KEY_CONFIGS,
         ),
     ),
 )

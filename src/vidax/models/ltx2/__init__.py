@@ -16,6 +16,7 @@ resampler), ``upsample_pipeline.py`` (``LTX2LatentUpsamplePipeline``), ``diffusi
 ``LTX2VideoDiffusionDecodePipeline``, run on an LTX-2 pipeline's ``output_type="latent"``).
 """
 
+from vidax.models.ltx import UPSAMPLER_KEY_CONFIGS
 from vidax.registry import ComponentSpec, Family, PipelineSpec, family_component
 
 _PKG = "vidax.models.ltx2"
@@ -111,16 +112,7 @@ FAMILY = Family(
             "upsampler:LTX2LatentUpsamplerModel",
             "LTX2LatentUpsamplerConfig",
             key_rules="UPSAMPLER_KEY_RULES",
-            key_configs=(
-                "in_channels",
-                "mid_channels",
-                "num_blocks_per_stage",
-                "dims",
-                "spatial_upsample",
-                "temporal_upsample",
-                "rational_spatial_scale",
-                "use_rational_resampler",
-            ),
+            key_configs=(*UPSAMPLER_KEY_CONFIGS, "rational_spatial_scale", "use_rational_resampler"),
         ),
         family_component(
             _PKG,

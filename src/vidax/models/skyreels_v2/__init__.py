@@ -9,6 +9,7 @@ tables the registry entry names: Wan's), ``forcing.py`` (the diffusion-forcing s
 device, decoded as each ends with ``on_chunk``).
 """
 
+from vidax.models.wan import TRANSFORMER_KEY_CONFIGS
 from vidax.registry import Family, family_component, family_pipelines
 
 _PKG = "vidax.models.skyreels_v2"
@@ -32,18 +33,7 @@ FAMILY = Family(
             "SkyReelsV2TransformerConfig",
             key_rules="transformer_key_rules",
             block_stacks=("blocks",),
-            key_configs=(
-                "num_layers",
-                "num_attention_heads",
-                "attention_head_dim",
-                "ffn_dim",
-                "in_channels",
-                "out_channels",
-                "patch_size",
-                "text_dim",
-                "image_dim",
-                "inject_sample_info",
-            ),
+            key_configs=(*TRANSFORMER_KEY_CONFIGS, "inject_sample_info"),
         ),
     ),
 )

@@ -6,9 +6,12 @@ only), ``convert.py`` (key rules, parameter axes, fp32 parameters: the tables th
 name for the one component loader) and ``pipeline.py`` (the pipeline hooks).
 """
 
-from vidax.registry import Family, family_component, family_pipelines
+from vidax.registry import TRANSFORMER_SHAPE_KEYS, Family, family_component, family_pipelines
 
 _PKG = "vidax.models.wan"
+
+#: The transformer config keys ``vidax inspect`` shows (SkyReels-V2's add their own).
+TRANSFORMER_KEY_CONFIGS = ("num_layers", *TRANSFORMER_SHAPE_KEYS, "ffn_dim", "patch_size", "text_dim", "image_dim")
 
 FAMILY = Family(
     name="wan",
@@ -22,17 +25,7 @@ FAMILY = Family(
             "WanTransformerConfig",
             key_rules="transformer_key_rules",
             block_stacks=("blocks",),
-            key_configs=(
-                "num_layers",
-                "num_attention_heads",
-                "attention_head_dim",
-                "ffn_dim",
-                "in_channels",
-                "out_channels",
-                "patch_size",
-                "text_dim",
-                "image_dim",
-            ),
+            key_configs=TRANSFORMER_KEY_CONFIGS,
         ),
         family_component(
             _PKG,
