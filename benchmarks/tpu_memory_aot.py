@@ -127,14 +127,14 @@ def decode_program(vae, z_shape):
             return nnx.merge(graphdef, state).decode_tile(z)
 
     else:  # LTX: the decoder on the clip or one temporal tile
-        from vidax.models.ltx.vae import _Noise
+        from vidax.models.ltx.tiles import Tile
 
         temb = jnp.zeros((b,), jnp.float32) if vae.config.timestep_conditioning else None
         key = jax.random.key(0) if vae.injects_noise else None
         dec_graph, dec_state = nnx.split(vae.decoder)
 
         def fn(state, z):
-            return nnx.merge(dec_graph, state)(z, temb, _Noise(key)).astype(jnp.float32)
+            return nnx.merge(dec_graph, state)(z, temb, Tile(key)).astype(jnp.float32)
 
         state = dec_state
     return fn, (state, jax.ShapeDtypeStruct((b, t, h, w, c), jnp.float32))
