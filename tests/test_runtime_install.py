@@ -52,7 +52,16 @@ def runtime_bin(tmp_path_factory):
     # installation, without the test environment's (or the system's) site-packages.
     steps = [
         [sys.executable, "-m", "venv", str(venv)],
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile", str(src)],
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            str(src),
+        ],
     ]
     for cmd in steps:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=root, env=_clean_env(root))
