@@ -151,7 +151,7 @@ def tile_latents(vae, z_shape) -> tuple:
 def video_latents(cls, info, call) -> tuple:
     """``(B, T, h, w, C)`` of the video latents the VAE decodes for ``call`` (LTX's pipelines
     keep them packed as tokens: their latent grid)."""
-    shape = cls.latent_shape(info, call)
+    shape = cls.family.latent_shape(info, call)
     if len(shape) == 5:
         b, c, t, h, w = shape
         return (b, t, h, w, c)

@@ -85,7 +85,7 @@ def test_check_call_reads_no_weights(broken):
 
     ckpt = Checkpoint.open(broken)
     cls = pipeline_class(ckpt, task="t2v")
-    info = cls.read_checkpoint(ckpt)
+    info = cls.family.read_checkpoint(ckpt)
     with pytest.raises(InputError, match="height=100"):
         cls.check_call(info, "a cat", height=100)
     call = cls.check_call(info, "a cat", **SMALL)  # a good call is checked without weights too
@@ -230,7 +230,7 @@ def test_size_output_and_component_folder_errors_say_what_is_valid(ckpt, tmp_pat
     from vidax.checkpoint import Checkpoint
     from vidax.models.wan.pipeline import WanPipeline
 
-    ti2v = WanPipeline.read_checkpoint(
+    ti2v = WanPipeline.family.read_checkpoint(
         Checkpoint.open(os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-TI2V-5B-Diffusers"))
     )
     with pytest.raises(InputError) as e:
@@ -543,7 +543,7 @@ def test_nan_at_a_step_stops_the_run(pipe, monkeypatch):
     from vidax.models.wan.pipeline import WanPipeline
 
     monkeypatch.setattr(pipe.denoiser, "step_fns", {})  # the poisoned step compiles afresh
-    monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 2))
+    monkeypatch.setattr(WanPipeline.family, "scheduler_update", _poison_step(WanPipeline.family.scheduler_update, 2))
     steps = []
     with pytest.raises(
         NumericalError,
@@ -577,7 +577,7 @@ def test_nan_in_the_vae_decode_is_named(pipe, monkeypatch):
 def test_cli_nan_is_one_line_and_writes_nothing(ckpt, tmp_path, monkeypatch):
     from vidax.models.wan.pipeline import WanPipeline
 
-    monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 1))
+    monkeypatch.setattr(WanPipeline.family, "scheduler_update", _poison_step(WanPipeline.family.scheduler_update, 1))
     out = tmp_path / "v.mp4"
     r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(out), *SMALL_FLAGS)
     assert r.exit_code == 2, r.output
@@ -593,7 +593,7 @@ def _reference_info(name, task):
 
     ckpt = Checkpoint.open(os.path.join(REFERENCE_CONFIGS, name))
     cls = pipeline_class(ckpt, task=task)
-    return cls, cls.read_checkpoint(ckpt)
+    return cls, cls.family.read_checkpoint(ckpt)
 
 
 def test_cogvideox_noise_arguments_checked_before_loading():
@@ -651,7 +651,7 @@ def test_api_size_beyond_the_model(pipe):
         cls.check_call(info, "a cat", height=768, width=2416)
     cls.check_call(info, "a cat", height=768, width=2400)
     cls, info = _reference_info("THUDM__CogVideoX-5b", "t2v")  # 1.0: any grid maps onto its base grid
-    assert cls.size_limits(info).height is None
+    assert cls.family.size_limits(info).height is None
 
 
 def test_large_size_warns_with_an_estimate(caplog):
@@ -721,7 +721,7 @@ def test_configs_only_checks_of_the_review(broken, tmp_path, monkeypatch):
     img = np.zeros((32, 48, 3), np.uint8)
     import dataclasses
 
-    info = WanPipeline.read_checkpoint(Checkpoint.open(broken))
+    info = WanPipeline.family.read_checkpoint(Checkpoint.open(broken))
     info = dataclasses.replace(info, tasks=("t2v", "i2v"))  # as TI2V-5B: image-to-video too
     with pytest.raises(InputError, match="one image for the whole batch"):
         WanPipeline.check_call(info, "a cat", image=[img, img], **SMALL)

@@ -131,8 +131,8 @@ def test_a_tpu_plan_counts_the_tpu_calibration(ckpt):
     assert tpu.decode_bytes_per_element != cpu.decode_bytes_per_element
     assert calibration("tpu") is tpu and calibration("gpu") is cpu and calibration("cpu") is cpu
     assert calibration(None) is calibration(jax.devices()[0].platform)
-    size = cls.model_size(info, call)
-    latents = int(np.prod(cls.latent_shape(info, call)))
+    size = cls.family.model_size(info, call)
+    latents = int(np.prod(cls.family.latent_shape(info, call)))
     for platform, figures in (("tpu", tpu), ("cpu", cpu)):
         est = cls.memory_estimate(info, call, flash=True, platform=platform)
         want = run_memory_estimate(
@@ -195,7 +195,7 @@ def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):
 
 def _activations(plan):
     est = plan.pipeline.memory_estimate(plan.info, plan.call, dtype=plan.dtype, weights="loaded")
-    return Activations.of(est, int(np.prod(plan.pipeline.latent_shape(plan.info, plan.call))) * 4 * 2)
+    return Activations.of(est, int(np.prod(plan.pipeline.family.latent_shape(plan.info, plan.call))) * 4 * 2)
 
 
 def test_too_small_is_refused_before_loading_naming_what_fits(ckpt, tmp_path, monkeypatch):

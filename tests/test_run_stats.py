@@ -196,7 +196,7 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "v.npy").exists()
     # What fits is the largest size whose estimate is within the memory given.
     cls = pipeline_class(Checkpoint.open(ckpt), task="t2v")
-    info = cls.read_checkpoint(Checkpoint.open(ckpt))
+    info = cls.family.read_checkpoint(Checkpoint.open(ckpt))
     call = cls.check_call(info, "a cat", height=480, width=800, num_frames=17)
     need = cls.memory_estimate(info, call).with_tiling().total  # the least: the VAE decoding in tiles
     free = need // 2
@@ -264,8 +264,8 @@ def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, mo
     )
     # The pipeline call: it decodes in tiles (the VAE's state seen at decode time), for this call only.
     seen = []
-    decode = pipe.decode
-    monkeypatch.setattr(pipe, "decode", lambda *a: seen.append(pipe.vae.use_tiling) or decode(*a))
+    decode = pipe.hooks.decode
+    monkeypatch.setattr(pipe.hooks, "decode", lambda *a: seen.append(pipe.vae.use_tiling) or decode(*a))
     monkeypatch.setattr(memory, "available_memory", lambda: (free, "test memory"))
     out = pipe("a cat", **{**TINY, "height": 288, "width": 288}, seed=0)
     assert seen == [True] and not pipe.vae.use_tiling and out.frames.shape == (1, 5, 288, 288, 3)
@@ -288,7 +288,7 @@ def test_out_of_memory_during_the_run_is_one_line(ckpt, monkeypatch):
         def fail(*_, error=error, **__):
             raise error
 
-        monkeypatch.setattr(pipe, "encode_text", fail)
+        monkeypatch.setattr(pipe.hooks, "encode_text", fail)
         with pytest.raises(
             OutOfMemoryError,
             match=r"^ran out of memory during the text encoding at height=32, "

@@ -2063,7 +2063,9 @@ def test_a_cached_call_of_two_experts_resumes_in_either_experts_run(tmp_path):
     call = pipe.check_call(
         pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False, **SMALL_CALL
     )
-    plan = pipe.expert_plan(pipe.set_timesteps(call, np.zeros(pipe.latent_shape(pipe.info, call), np.float32)))
+    plan = pipe.hooks.expert_plan(
+        pipe.hooks.set_timesteps(call, np.zeros(pipe.family.latent_shape(pipe.info, call), np.float32))
+    )
     switch = plan.index(1)
     assert 1 < switch < 5, plan  # steps of each expert before and after every resume point below
     saved = {}

@@ -132,13 +132,13 @@ def test_truncation_warnings_name_the_limit_that_applies(t2v, caplog):
     and the Llama limit is max_sequence_length itself, the template's crop_start tokens not
     counted (the tokenizer runs with max_sequence_length + crop_start)."""
     _, _, pipe = t2v
-    crop = pipe.prompt_template["crop_start"]
+    crop = pipe.hooks.prompt_template["crop_start"]
     words = " ".join(["cat"] * 120)  # over CLIP's 77 tokens
     size = dict(height=32, width=48, num_frames=9, num_inference_steps=2)
     for msl in (400, 8):
         caplog.clear()
         with caplog.at_level("WARNING", logger="vidax.tokenizer"):
-            pipe.encode_call(pipe.check_call(pipe.info, words, max_sequence_length=msl, **size))
+            pipe.hooks.encode_call(pipe.check_call(pipe.info, words, max_sequence_length=msl, **size))
         messages = [r.getMessage() for r in caplog.records]
         clip = [m for m in messages if "CLIP" in m]
         assert (
@@ -151,7 +151,7 @@ def test_truncation_warnings_name_the_limit_that_applies(t2v, caplog):
         if msl == 400:
             assert not llama, messages
         else:
-            full = len(pipe.tokenizer._tok.encode(pipe.prompt_template["template"].format(words)).ids)
+            full = len(pipe.tokenizer._tok.encode(pipe.hooks.prompt_template["template"].format(words)).ids)
             assert llama == [
                 f"prompt has {full - crop} tokens; truncated to max_sequence_length=8 as the reference "
                 "pipeline does (the end of the text is dropped)"

@@ -178,7 +178,7 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):  # noqa: F811
     from vidax.models.ltx2.pipeline_condition import LTX2ConditionPipeline, LTX2VideoCondition
     from vidax.models.ltx2.pipeline_i2v import LTX2ImageToVideoPipeline
 
-    info = LTX2ImageToVideoPipeline.read_checkpoint(Checkpoint.open(checkpoint[1]))  # configs only, no weights
+    info = LTX2ImageToVideoPipeline.family.read_checkpoint(Checkpoint.open(checkpoint[1]))  # configs only, no weights
     _, audio_latents = _noise()
     image = _image(1, 20, 20)
     i2v = [

@@ -101,7 +101,7 @@ def test_i2v_fp32_matches_diffusers(reference, caplog):
     # The first latent frame is the image's: replaced at every step and after the last one.
     lat = pipe(random_image(0), latents=latents, progress=False, output_type="latent", **LANDSCAPE, **CALL).frames
     call = pipe.check_call(pipe.info, image=random_image(0), **LANDSCAPE, **CALL)
-    cond = pipe.condition(call, RunStats())["first_frame"]
+    cond = pipe.hooks.condition(call, RunStats())["first_frame"]
     np.testing.assert_array_equal(lat[:, :, :1], np.transpose(np.asarray(cond), (0, 4, 1, 2, 3)))
     # Portrait (H > W), final latents: a height/width swap anywhere would change them.
     latents, lat_ref = ref["i2v_portrait"]

@@ -147,7 +147,7 @@ def parameter_sizes(
         is_transformer = name in info.transformers
         at = vae_dtype if is_decoder else dtype if is_transformer else text_encoder_dtype
         fmt = (ckpt.weights if weights == "checkpoint" else weights) if is_transformer else None
-        streams = name in pipeline.stageable and not is_decoder and streamable(spec)
+        streams = name in pipeline.family.stageable and not is_decoder and streamable(spec)
         if from_headers:
             source = transformer_source(ckpt, name, spec) if is_transformer else ckpt.reader(name)
             prefixes = spec.block_stacks if is_transformer else _layer_prefixes(spec, ckpt, name) if streams else ()
@@ -166,9 +166,9 @@ def parameter_sizes(
         split = 1 if is_decoder else tp
         if is_transformer:
             transformers[name] = tuple(int(s / split) if i < 2 else s for i, s in enumerate(sizes))
-        elif is_decoder and name in pipeline.stageable:
+        elif is_decoder and name in pipeline.family.stageable:
             decoders[name] = sizes[0]
-        elif name in pipeline.stageable:
+        elif name in pipeline.family.stageable:
             encoders[name] = int(sizes[0] / split)
             if streams and sizes[2]:
                 groups = getattr(ckpt.typed_config(name, spec.config_class()), "layer_groups", None)
@@ -713,7 +713,7 @@ def plan_device(
         info, call, dtype=dtype, weights="loaded", flash=platform in ("tpu", "gpu"), platform=platform
     )
     share = 1 if plan.mesh is None else plan.mesh.size
-    latents = int(np.prod(cls.latent_shape(info, call))) * 4 * 2
+    latents = int(np.prod(cls.family.latent_shape(info, call))) * 4 * 2
     act = Activations(
         est.text // share,
         est.step // share,
@@ -724,7 +724,7 @@ def plan_device(
     )
     keep = {}
     if asked is not None:
-        keep = {n: asked.keep_vae if n in DECODERS else asked.keep_text_encoder for n in cls.stageable}
+        keep = {n: asked.keep_vae if n in DECODERS else asked.keep_text_encoder for n in cls.family.stageable}
         keep["transformer"] = asked.keep_transformer
     return choose(
         sizes,

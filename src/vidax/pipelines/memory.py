@@ -406,18 +406,18 @@ def warn_if_large(cls: type, info: CheckpointInfo, call: Call) -> None:
     """Log a WARNING with :func:`run_size_estimate` when the call's transformer sequence (the
     pipeline class ``cls``'s ``model_size``) has more than :data:`LARGE_RUN_FACTOR` times the
     tokens of the checkpoint's default size."""
-    size = cls.model_size(info, call)
+    size = cls.family.model_size(info, call)
     d = info.defaults
-    base = cls.model_size(
+    base = cls.family.model_size(
         info,
         dataclasses.replace(
-            call, height=d.height, width=d.width, num_frames=cls.resolve_num_frames(info, d.num_frames)
+            call, height=d.height, width=d.width, num_frames=cls.family.resolve_num_frames(info, d.num_frames)
         ),
     )
     if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
         return
     batch = call.batch * (2 if call.do_cfg else 1)
-    elements = int(np.prod(cls.latent_shape(info, call)))
+    elements = int(np.prod(cls.family.latent_shape(info, call)))
     est = run_memory_estimate(size, batch, elements, call.num_frames, call.height, call.width, videos=call.batch)
     logger.warning(
         "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s",
@@ -454,7 +454,7 @@ class MemoryChecks:
             platform: the device platform whose :func:`calibration` counts the activations
                 (None: this process's).
         """
-        size = cls.model_size(info, call)
+        size = cls.family.model_size(info, call)
         if size is None:
             return None
         dtype = parse_dtype(dtype)
@@ -462,7 +462,7 @@ class MemoryChecks:
         est = run_memory_estimate(
             size,
             size.rows(call),
-            int(np.prod(cls.latent_shape(info, call))),
+            int(np.prod(cls.family.latent_shape(info, call))),
             call.num_frames,
             call.height,
             call.width,

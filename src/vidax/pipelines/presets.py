@@ -269,8 +269,8 @@ def _not_for(preset: Preset, pipeline: type) -> str | None:
     missing = [k for k in preset.call if k not in pipeline.call_args()]
     if missing:
         return f"sets {', '.join(missing)}, which {pipeline.__name__} does not take"
-    if preset.tasks and pipeline.task not in preset.tasks:
-        return f"is a recipe for {', '.join(preset.tasks)}; {pipeline.__name__} does {pipeline.task}"
+    if preset.tasks and pipeline.family.task not in preset.tasks:
+        return f"is a recipe for {', '.join(preset.tasks)}; {pipeline.__name__} does {pipeline.family.task}"
     return None
 
 
@@ -307,7 +307,7 @@ def preset_scheduler(preset: Preset | None, pipeline: type, checkpoint: Any) -> 
     config = dict(checkpoint.config("scheduler"))
     settings = {k: v for k, v in preset.scheduler.items() if k != "_class_name"}
     name = preset.scheduler.get("_class_name", config.get("_class_name"))
-    allowed = getattr(pipeline, "scheduler_classes", None)
+    allowed = pipeline.family.scheduler_classes
     if allowed is not None and name not in allowed:
         raise InputError(f"preset {preset.name!r} samples with {name}; {pipeline.__name__} runs {' or '.join(allowed)}")
     if name == config.get("_class_name"):

@@ -81,13 +81,14 @@ _GUIDANCE = ("guidance_scale", "guidance_scale_2")
 
 
 def per_video_guidance(pipe: Any) -> bool:
-    """Whether ``pipe``'s guidance is the plain CFG combination of the base pipeline (its
+    """Whether ``pipe``'s guidance is the plain CFG combination of the default hooks (their
     ``step_args``, ``guidance`` and ``guide``), which weighs each video of a batch by its own
     :attr:`~vidax.pipelines.base.Call.video_guidance` (Wan2.1 / Wan2.2); the other families'
     guidance has more to it (per-step tables, rescaling, several passes)."""
-    from vidax.pipelines.base import VideoPipeline
+    from vidax.pipelines.hooks import FamilyHooks
 
-    return all(getattr(type(pipe), name) is getattr(VideoPipeline, name) for name in ("step_args", "guidance", "guide"))
+    family = type(pipe).family
+    return all(getattr(family, name) is getattr(FamilyHooks, name) for name in ("step_args", "guidance", "guide"))
 
 
 class JobRunner:
@@ -263,7 +264,7 @@ class JobRunner:
             cls.options(),
             pending.pipe.info.defaults.fps,
             image_name if image_path else None,
-            cache=cls.cache_reference,
+            cache=cls.family.cache_reference,
             texts=texts,
             presets=bool(presets_of(cls)),
         )
@@ -690,7 +691,7 @@ class JobRunner:
             noise = jax.tree.map(
                 lambda *a: np.concatenate([np.asarray(x) for x in a]), *[batch[0].pipe.initial_noise(c) for c in calls]
             )
-            streams = type(batch[0].pipe).latent_streams
+            streams = type(batch[0].pipe).family.latent_streams
             first, others = (
                 (noise, {})
                 if not isinstance(noise, dict)

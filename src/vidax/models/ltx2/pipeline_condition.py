@@ -191,12 +191,10 @@ def keyframe_coords(
     return coords
 
 
-class LTX2ConditionPipeline(LTX2Hooks, VideoPipeline):
-    """LTX-2 with image / video conditions at any latent frame, with its soundtrack (see the
-    module docstring); keywords as :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus
-    ``conditions``, the flat ``image`` / ``video`` with ``condition_index`` (0),
-    ``condition_strength`` (1) and ``image_crf`` (33, LTX-2.5: 18), and ``noise_scale`` (None: the first
-    sigma)."""
+class LTX2ConditionHooks(LTX2Hooks):
+    """The hooks of :class:`LTX2ConditionPipeline`."""
+
+    pipeline_name = "LTX2ConditionPipeline"
 
     task = "t2v"
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32), de-normalised clean latents"
@@ -236,8 +234,9 @@ class LTX2ConditionPipeline(LTX2Hooks, VideoPipeline):
     )
 
     @classmethod
-    def class_for_task(cls, task: str) -> type:
-        return cls
+    def class_for_task(cls, task: str) -> type | None:
+        """None: the condition pipeline runs every task of its checkpoint itself."""
+        return None
 
     @classmethod
     def check_family_call(cls, info, call) -> None:
@@ -344,3 +343,13 @@ class LTX2ConditionPipeline(LTX2Hooks, VideoPipeline):
         f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
         x = latents["latents"][:, : f * h * w]
         return {**latents, "latents": x.reshape(x.shape[0], f, h, w, x.shape[-1])}
+
+
+class LTX2ConditionPipeline(VideoPipeline):
+    """LTX-2 with image / video conditions at any latent frame, with its soundtrack (see the
+    module docstring); keywords as :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus
+    ``conditions``, the flat ``image`` / ``video`` with ``condition_index`` (0),
+    ``condition_strength`` (1) and ``image_crf`` (33, LTX-2.5: 18), and ``noise_scale`` (None: the first
+    sigma)."""
+
+    family = LTX2ConditionHooks
