@@ -284,7 +284,7 @@ def step_parts(preset: Preset, pipe, call):
         embeds = jax.tree.map(lambda e: jnp.concatenate([e, e]), embeds)
     embeds = jax.tree.map(lambda e: repeat_embeds(e, call.num_videos_per_prompt, pipe.dtype), embeds)
     cond = pipe.hooks.condition(call, RunStats())
-    x = pipe.hooks.prepare_latents(call, pipe.initial_noise(call), cond)
+    x = pipe.hooks.prepare_latents(call, pipe.hooks.initial_noise(call), cond)
     state = pipe.hooks.set_timesteps(call, x)
     inputs, _ = pipe.hooks.step_args(call, embeds, cond, state, 0)
     return x, state, embeds, inputs, preset.shapes(pipe, call, x, embeds, inputs)

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     c = cls.check_call(info, PROMPT, **call)
     stats = RunStats()
     cond = pipe.hooks.condition(c, stats)
-    x = pipe.hooks.final_latents(c, pipe.hooks.prepare_latents(c, pipe.initial_noise(c), cond), cond)
+    x = pipe.hooks.final_latents(c, pipe.hooks.prepare_latents(c, pipe.hooks.initial_noise(c), cond), cond)
     z = x[cls.family.latent_streams[0]] if isinstance(x, dict) else x
     row = {
         "device": device_summary(),

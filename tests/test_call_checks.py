@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import vidax
 from vidax.cli import app
 from vidax.errors import CheckpointError, ConfigError, InputError, NumericalError
+from vidax.pipelines.memory import check_memory
 
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
 #: A frame file of an "earlier run": a PNG by its signature (vidax replaces nothing else).
@@ -658,11 +659,11 @@ def test_large_size_warns_with_an_estimate(caplog):
     cls, info = _reference_info("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v")
     plenty = (2**60, "test memory")  # the warning of a run that fits (one that does not is refused)
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
-        cls.check_memory(info, cls.check_call(info, "a cat"), available=plenty)
+        check_memory(cls, info, cls.check_call(info, "a cat"), available=plenty)
         # Wan's 720p: 2.3x the tokens, no warning
-        cls.check_memory(info, cls.check_call(info, "a cat", height=720, width=1280), available=plenty)
+        check_memory(cls, info, cls.check_call(info, "a cat", height=720, width=1280), available=plenty)
         assert not caplog.records
-        cls.check_memory(info, cls.check_call(info, "a cat", height=4096, width=4096), available=plenty)
+        check_memory(cls, info, cls.check_call(info, "a cat", height=4096, width=4096), available=plenty)
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     # 81 frames -> 21 latent frames; 4096 / 8 / 2 = 256 patches per side; CFG doubles the batch.

@@ -1283,7 +1283,7 @@ def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch)
     read = WanPipeline.family.read_checkpoint.__func__
 
     def counted(cls, checkpoint):
-        reads.append(cls.__name__)
+        reads.append(cls.pipeline_name)
         return read(cls, checkpoint)
 
     monkeypatch.setattr(WanPipeline.family, "read_checkpoint", classmethod(counted))

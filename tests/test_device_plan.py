@@ -22,6 +22,7 @@ from vidax.pipelines.memory import (
     CALIBRATIONS,
     DEVICE_MEMORY_ENV,
     calibration,
+    memory_estimate,
     parse_memory_size,
     pretend_device_memory,
     run_memory_estimate,
@@ -134,7 +135,7 @@ def test_a_tpu_plan_counts_the_tpu_calibration(ckpt):
     size = cls.family.model_size(info, call)
     latents = int(np.prod(cls.family.latent_shape(info, call)))
     for platform, figures in (("tpu", tpu), ("cpu", cpu)):
-        est = cls.memory_estimate(info, call, flash=True, platform=platform)
+        est = memory_estimate(cls, info, call, flash=True, platform=platform)
         want = run_memory_estimate(
             size, 2 * call.batch if call.do_cfg else call.batch, latents, call.num_frames, call.height,
             call.width, videos=call.batch, flash=True, calibration=figures,
@@ -143,7 +144,7 @@ def test_a_tpu_plan_counts_the_tpu_calibration(ckpt):
     on_tpu = plan_device(plan, call, 2**40, None, platform="tpu")
     on_cpu = plan_device(plan, call, 2**40, None, platform="cpu", sizes=on_tpu.sizes)
     dec = on_tpu.stages.decode - on_cpu.stages.decode
-    assert dec == cls.memory_estimate(info, call, platform="tpu").decode - cls.memory_estimate(info, call).decode != 0
+    assert dec == memory_estimate(cls, info, call, platform="tpu").decode - memory_estimate(cls, info, call).decode != 0
 
 
 def test_roomy_device_changes_nothing(ckpt, roomy, monkeypatch, capsys):
@@ -194,7 +195,7 @@ def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):
 
 
 def _activations(plan):
-    est = plan.pipeline.memory_estimate(plan.info, plan.call, dtype=plan.dtype, weights="loaded")
+    est = memory_estimate(plan.pipeline, plan.info, plan.call, dtype=plan.dtype, weights="loaded")
     return Activations.of(est, int(np.prod(plan.pipeline.family.latent_shape(plan.info, plan.call))) * 4 * 2)
 
 

@@ -143,7 +143,7 @@ def cosmos3(tmp_path_factory):
 def _seed_noise(pipe, **kw) -> list[torch.Tensor]:
     """vidax's drawn noise of a call (video, then sound), as torch tensors of the reference's shapes."""
     call = pipe.check_call(pipe.info, PROMPT, seed=SEED, **CALL, **kw)
-    noise = pipe.initial_noise(call)
+    noise = pipe.hooks.initial_noise(call)
     noise = noise if isinstance(noise, dict) else {"latents": noise}
     out = [torch.from_numpy(np.asarray(noise["latents"]))]
     if "sound_latents" in noise:

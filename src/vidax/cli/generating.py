@@ -250,10 +250,11 @@ def _cache_config(plan, cache: str | None):
     """The step cache --cache asks for (else the preset's; None: off), checked against the planned pipeline."""
     if cache is None:
         return None if plan.preset is None else plan.preset.cache_config(plan.pipeline, plan.call.num_inference_steps)
+    from vidax.pipelines.caching import check_cache_kind
     from vidax.pipelines.step_cache import parse_cache_option
 
     config = parse_cache_option(cache, plan.call.num_inference_steps)
-    plan.pipeline.check_cache_kind(config, f"--cache {cache}", plan.checkpoint.pipeline_class_name)
+    check_cache_kind(plan.pipeline, config, f"--cache {cache}", plan.checkpoint.pipeline_class_name)
     return config
 
 

@@ -14,8 +14,8 @@ The family is an object it holds, not a base: a family's pipeline class names it
 declarations, its configs-only hooks and its runtime hooks, in one place) and a loaded pipeline
 holds them bound to itself as :attr:`VideoPipeline.hooks`, which the run calls. Its bases are the
 diffusers-facing methods, one module each: :class:`~vidax.pipelines.call_checks.CallChecks` (the
-call's checks, the declared keywords), :class:`~vidax.pipelines.memory.MemoryChecks` (the memory
-estimate), :class:`~vidax.pipelines.loading.Loading` (loading from a :mod:`~vidax.pipelines.plan`),
+call's checks, the declared keywords), :mod:`~vidax.pipelines.memory`'s
+:func:`~vidax.pipelines.memory.check_memory` guards a run), :class:`~vidax.pipelines.loading.Loading` (loading from a :mod:`~vidax.pipelines.plan`),
 :class:`~vidax.pipelines.caching.StepCaching` (step caches),
 :class:`~vidax.pipelines.prompts.PromptEncoding` (the prompts) and
 :class:`~vidax.pipelines.adapters.LoraMethods` (LoRA).
@@ -42,7 +42,6 @@ from vidax.pipelines.experts import Experts
 from vidax.pipelines.hooks import FamilyHooks, frames_of_form, video_latent_shape
 from vidax.pipelines.loading import Loading
 from vidax.pipelines.memory import (
-    MemoryChecks,
     MemoryEstimate,
     ModelSize,
     checkpoint_weight_bytes,
@@ -52,7 +51,7 @@ from vidax.pipelines.memory import (
 )
 from vidax.pipelines.output import MAX_DECODE_LATENT, check_finite, finite_array
 from vidax.pipelines.prompts import PromptEncoding, prompt_texts, text_truncation, tokenizer_token_limit
-from vidax.pipelines.run import Denoiser, check_step_dtypes, initial_noise, run_checked
+from vidax.pipelines.run import Denoiser, check_step_dtypes, run_checked
 from vidax.pipelines.staging import Staging
 
 logger = logging.getLogger("vidax.pipeline")
@@ -60,7 +59,6 @@ logger = logging.getLogger("vidax.pipeline")
 
 class VideoPipeline(
     CallChecks,
-    MemoryChecks,
     Loading,
     StepCaching,
     PromptEncoding,
@@ -225,7 +223,7 @@ class VideoPipeline(
 
     def generate(self, call: Call) -> VideoPipelineOutput:
         """Run a checked :class:`Call` (:func:`~vidax.pipelines.run.run_checked`: refused first
-        when it cannot fit, :meth:`check_memory`).
+        when it cannot fit, :func:`~vidax.pipelines.memory.check_memory`).
 
         Raises:
             OutOfMemoryError, NumericalError: see :func:`~vidax.pipelines.run.run_checked`.
@@ -238,12 +236,6 @@ class VideoPipeline(
         <vidax.pipelines.hooks.FamilyHooks.video_fps>`: the checkpoint's, or the call's frame rate
         where the model conditions on one)."""
         return self.hooks.video_fps(call)
-
-    def initial_noise(self, call: Call) -> Any:
-        """The initial noise of each latent stream of ``call``, float32, in the diffusers layout
-        (:func:`~vidax.pipelines.run.initial_noise` of the family's ``latent_shapes``): one stream's
-        array, or a dict keyed by the family's ``latent_streams``."""
-        return initial_noise(self.family.latent_shapes(self.info, call), self.family.latent_streams[0], call)
 
     #: Refuse a call whose :meth:`memory_estimate` exceeds the memory there is (False: warn and run
     #: it; None: no check, e.g. where the caller already checked before loading).

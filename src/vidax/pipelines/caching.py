@@ -20,33 +20,6 @@ logger = logging.getLogger("vidax.pipeline")
 class StepCaching:
     """The step-cache methods of a pipeline; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
 
-    @classmethod
-    def check_cache_kind(cls, config: Any, name: str = "config", pipeline: str | None = None) -> None:
-        """Raise unless diffusers 0.42.1 runs ``config``'s kind of cache hooks on this pipeline
-        (before any weight is read; ``name``: how the config is named, ``--cache first_block:0.1``;
-        ``pipeline``: the pipeline class as the user loads it, model_index.json's ``_class_name``,
-        default this class's name).
-
-        Raises:
-            InputError: one line naming ``name``.
-        """
-        pipeline, family = pipeline or cls.__name__, cls.family
-        if not family.cache_reference:
-            raise InputError(
-                f"{name}: diffusers 0.42.1's {pipeline} cannot run cache hooks (no cache context "
-                "around its transformer calls, or no block metadata), so there is no reference to match"
-            )
-        if not family.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
-            problem = family.cache_metadata_problem.format(pipeline=pipeline, config=type(config).__name__)
-            raise InputError(f"{name}: {problem}, so there is no reference to match; TaylorSeerCacheConfig runs")
-        if len(family.latent_streams) > 1 and not isinstance(config, TaylorSeerCacheConfig):
-            # vidax's First-Block Cache / MagCache measure and keep one stream's rows.
-            raise InputError(
-                f"{name}: {type(config).__name__} on a pipeline with several latent streams "
-                f"({cls.__name__}: {', '.join(family.latent_streams)}) is not implemented in vidax; "
-                "TaylorSeerCacheConfig runs"
-            )
-
     def enable_cache(self, config: Any) -> None:
         """Turn on step caching for the next calls (``config``: a
         :class:`~vidax.pipelines.step_cache.FirstBlockCacheConfig`, ``MagCacheConfig`` or
@@ -71,7 +44,7 @@ class StepCaching:
         config = check_cache_config(config, name)
         if name == "config":  # the Python keyword; a CLI caller passes its flag as typed
             name = f"{name}={type(config).__name__}"
-        self.check_cache_kind(config, name, self.checkpoint.pipeline_class_name)
+        check_cache_kind(type(self), config, name, self.checkpoint.pipeline_class_name)
         model = type(self.experts.modules[0]).__name__
         if isinstance(config, TaylorSeerCacheConfig):
             modes = {taylorseer_mode(config, m) for m in self.experts.modules}
@@ -91,3 +64,30 @@ class StepCaching:
     def disable_cache(self) -> None:
         """Turn step caching off (a no-op when it is off)."""
         self.cache_config = None
+
+
+def check_cache_kind(cls: type, config: Any, name: str = "config", pipeline: str | None = None) -> None:
+    """Raise unless diffusers 0.42.1 runs ``config``'s kind of cache hooks on the pipeline class ``cls``
+    (before any weight is read; ``name``: how the config is named, ``--cache first_block:0.1``;
+    ``pipeline``: the pipeline class as the user loads it, model_index.json's ``_class_name``,
+    default ``cls``'s name).
+
+    Raises:
+        InputError: one line naming ``name``.
+    """
+    pipeline, family = pipeline or cls.__name__, cls.family
+    if not family.cache_reference:
+        raise InputError(
+            f"{name}: diffusers 0.42.1's {pipeline} cannot run cache hooks (no cache context "
+            "around its transformer calls, or no block metadata), so there is no reference to match"
+        )
+    if not family.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
+        problem = family.cache_metadata_problem.format(pipeline=pipeline, config=type(config).__name__)
+        raise InputError(f"{name}: {problem}, so there is no reference to match; TaylorSeerCacheConfig runs")
+    if len(family.latent_streams) > 1 and not isinstance(config, TaylorSeerCacheConfig):
+        # vidax's First-Block Cache / MagCache measure and keep one stream's rows.
+        raise InputError(
+            f"{name}: {type(config).__name__} on a pipeline with several latent streams "
+            f"({cls.__name__}: {', '.join(family.latent_streams)}) is not implemented in vidax; "
+            "TaylorSeerCacheConfig runs"
+        )

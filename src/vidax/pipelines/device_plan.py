@@ -2,7 +2,7 @@
 
 :func:`choose` takes the parameter bytes of every component (:func:`parameter_sizes`: from the
 safetensors headers, or from the configs' abstract shapes where a folder has no weights) and
-the call's activations (:meth:`~vidax.pipelines.memory.MemoryChecks.memory_estimate`), and
+the call's activations (:func:`~vidax.pipelines.memory.memory_estimate`), and
 picks, in this order, the least that makes every stage (text encoding, the denoising steps, the
 VAE decode) fit in the device's memory:
 
@@ -39,6 +39,7 @@ from vidax.pipelines.memory import (  # the pretend device size lives with the m
     DEVICE_MEMORY_ENV,
     RUNTIME_OVERHEAD_BYTES,
     MemoryEstimate,
+    memory_estimate,
     pretend_device_memory,
 )
 
@@ -709,8 +710,8 @@ def plan_device(
     from vidax.nn.attention import backend
 
     platform = platform or backend()
-    est = cls.memory_estimate(
-        info, call, dtype=dtype, weights="loaded", flash=platform in ("tpu", "gpu"), platform=platform
+    est = memory_estimate(
+        cls, info, call, dtype=dtype, weights="loaded", flash=platform in ("tpu", "gpu"), platform=platform
     )
     share = 1 if plan.mesh is None else plan.mesh.size
     latents = int(np.prod(cls.family.latent_shape(info, call))) * 4 * 2

@@ -275,6 +275,16 @@ class FamilyHooks:
         """Load the modules the family runs (name -> module); see :func:`~vidax.pipelines.loading.load_component`."""
         raise NotImplementedError
 
+    @classmethod
+    def plan_staging(
+        cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any, text_encoder_dtype: Any = None
+    ) -> Staging:
+        """Which stageable components wait in host memory, each counted at the dtype it is loaded
+        in (:func:`~vidax.pipelines.loading.plan_staging`; configs and headers only)."""
+        from vidax.pipelines.loading import plan_staging
+
+        return plan_staging(cls, info, dtype, vae_dtype, offload, mesh, text_encoder_dtype)
+
     # ================================================================== family hooks (call)
     def check_components(self) -> None:
         """Checks of the loaded components before a call (raise InputError); the scheduler is the
@@ -320,6 +330,14 @@ class FamilyHooks:
     def condition(self, call: Call, stats: RunStats) -> dict:
         """Per-call conditioning handed to every step (image latents, ...)."""
         return {}
+
+    def initial_noise(self, call: Call) -> Any:
+        """The initial noise of each latent stream of ``call``, float32, in the diffusers layout
+        (:func:`~vidax.pipelines.run.initial_noise` of :meth:`latent_shapes`): one stream's
+        array, or a dict keyed by :attr:`latent_streams`."""
+        from vidax.pipelines.run import initial_noise
+
+        return initial_noise(self.latent_shapes(self.info, call), self.latent_streams[0], call)
 
     def prepare_latents(self, call: Call, noise: Any, cond: dict) -> Any:
         """Channels-last latents (B, T, H, W, C) to denoise from the initial noise (diffusers

@@ -480,40 +480,46 @@ class Loading:
             pipe._preset_cache = pipe.cache_config
         return pipe
 
-    @classmethod
-    def plan_staging(
-        cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any, text_encoder_dtype: Any = None
-    ) -> Staging:
-        """Which stageable components wait in host memory (:func:`plan_pipeline_staging`), each
-        counted at the dtype it is loaded in."""
-        ckpt = info.checkpoint
-        spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
-        # a folder's reader is opened only where the staging reads headers (a device with a memory
-        # limit: a folder of configs alone plans with no limit); a single file is opened (its
-        # layout and family checked) now, before any weight is read
-        name = info.transformers[0]
-        eager = ckpt.random_weights or name in ckpt.files
-        paths = {"transformer": transformer_source(ckpt, name, spec) if eager else functools.partial(ckpt.reader, name)}
-        paths.update(
-            {
-                n: functools.partial(weights_source, ckpt, n)
-                if ckpt.random_weights
-                else functools.partial(ckpt.reader, n)
-                for n in cls.family.stageable
-                if ckpt.has(n)
-            }
-        )
-        return plan_pipeline_staging(
-            paths,
-            dtype,
-            parse_dtype(vae_dtype),
-            offload,
-            mesh,
-            blocks_prefixes=spec.block_stacks,
-            weights=ckpt.weights,
-            text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
-            stageable=tuple(cls.family.stageable),
-        )
+
+def plan_staging(
+    family: type,
+    info: CheckpointInfo,
+    dtype: Any,
+    vae_dtype: Any,
+    offload: Any,
+    mesh: Any,
+    text_encoder_dtype: Any = None,
+) -> Staging:
+    """Which of the stageable components of ``family`` (a
+    :class:`~vidax.pipelines.hooks.FamilyHooks` class) wait in host memory
+    (:func:`plan_pipeline_staging`), each counted at the dtype it is loaded in: the default of
+    ``FamilyHooks.plan_staging``."""
+    ckpt = info.checkpoint
+    spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
+    # a folder's reader is opened only where the staging reads headers (a device with a memory
+    # limit: a folder of configs alone plans with no limit); a single file is opened (its
+    # layout and family checked) now, before any weight is read
+    name = info.transformers[0]
+    eager = ckpt.random_weights or name in ckpt.files
+    paths = {"transformer": transformer_source(ckpt, name, spec) if eager else functools.partial(ckpt.reader, name)}
+    paths.update(
+        {
+            n: functools.partial(weights_source, ckpt, n) if ckpt.random_weights else functools.partial(ckpt.reader, n)
+            for n in family.stageable
+            if ckpt.has(n)
+        }
+    )
+    return plan_pipeline_staging(
+        paths,
+        dtype,
+        parse_dtype(vae_dtype),
+        offload,
+        mesh,
+        blocks_prefixes=spec.block_stacks,
+        weights=ckpt.weights,
+        text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
+        stageable=tuple(family.stageable),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

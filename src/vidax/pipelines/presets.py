@@ -79,17 +79,18 @@ class Preset:
 
     def cache_config(self, pipeline: type, num_inference_steps: int) -> Any:
         """The step cache config of :attr:`cache` (None: none), checked against ``pipeline``
-        (:meth:`~vidax.pipelines.caching.StepCaching.check_cache_kind`, configs only).
+        (:func:`~vidax.pipelines.caching.check_cache_kind`, configs only).
 
         Raises:
             InputError: the family's reference cannot hook this cache (naming the preset).
         """
+        from vidax.pipelines.caching import check_cache_kind
         from vidax.pipelines.step_cache import parse_cache_option
 
         if self.cache is None:
             return None
         config = parse_cache_option(self.cache, num_inference_steps, name=f"preset {self.name}: cache")
-        pipeline.check_cache_kind(config, f"preset {self.name!r} (cache {self.cache})")
+        check_cache_kind(pipeline, config, f"preset {self.name!r} (cache {self.cache})")
         return config
 
 

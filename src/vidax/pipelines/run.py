@@ -23,7 +23,7 @@ from vidax.parallel.offload import offloaded_stacks
 from vidax.pipelines.call import Call
 from vidax.pipelines.common import VideoPipelineOutput, status
 from vidax.pipelines.experts import segments
-from vidax.pipelines.memory import _gib, available_memory, size_words
+from vidax.pipelines.memory import _gib, available_memory, check_memory, size_words
 from vidax.pipelines.output import check_decodable, check_finite, decode_audio, finite_array, frames_as_pil
 from vidax.pipelines.prompts import call_embeds
 from vidax.pipelines.sampling import LoopHooks, restore_denoising_state, run_denoising_loop
@@ -90,7 +90,7 @@ def warn_if_data_axis_idle(mesh: Any, call: Call) -> None:
 
 def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
     """Run a checked :class:`Call` on ``pipe`` (its :meth:`~vidax.pipelines.base.VideoPipeline.generate`),
-    refused first when it cannot fit (``pipe.check_memory``).
+    refused first when it cannot fit (:func:`~vidax.pipelines.memory.check_memory`).
 
     Raises:
         OutOfMemoryError: the call's memory estimate is more than there is (before any work),
@@ -106,7 +106,8 @@ def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
     est = (
         None
         if pipe.memory_check is None
-        else pipe.check_memory(
+        else check_memory(
+            type(pipe),
             pipe.info,
             call,
             dtype=pipe.dtype,
@@ -192,7 +193,7 @@ def run_call(pipe: Any, call: Call, phase: list) -> VideoPipelineOutput:
     if call.cancel is not None and call.cancel():
         raise Cancelled("after encoding the prompt")
     cond = pipe.hooks.condition(call, stats)
-    x = pipe.hooks.prepare_latents(call, pipe.initial_noise(call), cond)
+    x = pipe.hooks.prepare_latents(call, pipe.hooks.initial_noise(call), cond)
     state = pipe.hooks.set_timesteps(call, x)
     phase[0] = "denoising loop"
     x, state = pipe.hooks.denoise(call, x, state, embeds, cond, stats)

@@ -219,16 +219,20 @@ class FamilySpec:
         return self.pipeline.family.model_size(self.info, call)
 
     def memory_estimate(self, call: Call, **kwargs: Any) -> Any:
-        """The call's peak memory (:meth:`~vidax.pipelines.memory.MemoryChecks.memory_estimate`), or None."""
-        return self.pipeline.memory_estimate(self.info, call, **kwargs)
+        """The call's peak memory (:func:`~vidax.pipelines.memory.memory_estimate`), or None."""
+        from vidax.pipelines.memory import memory_estimate
+
+        return memory_estimate(self.pipeline, self.info, call, **kwargs)
 
     def check_memory(self, call: Call, **kwargs: Any) -> Any:
-        """:meth:`~vidax.pipelines.memory.MemoryChecks.check_memory` of ``call``.
+        """:func:`~vidax.pipelines.memory.check_memory` of ``call``.
 
         Raises:
             OutOfMemoryError: the call does not fit (and ``refuse``).
         """
-        return self.pipeline.check_memory(self.info, call, **kwargs)
+        from vidax.pipelines.memory import check_memory
+
+        return check_memory(self.pipeline, self.info, call, **kwargs)
 
     # ------------------------------------------------------------------ the load, configs only
     def check_load_options(self, options: Mapping[str, Any]) -> None:
@@ -253,7 +257,7 @@ class FamilySpec:
 
     def plan_staging(self, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any, text_encoder_dtype: Any = None) -> Any:
         """Which stageable components wait in host memory (:mod:`vidax.pipelines.staging`)."""
-        return self.pipeline.plan_staging(self.info, dtype, vae_dtype, offload, mesh, text_encoder_dtype)
+        return self.pipeline.family.plan_staging(self.info, dtype, vae_dtype, offload, mesh, text_encoder_dtype)
 
 
 def _components(pipeline: type, info: CheckpointInfo) -> tuple[ComponentEntry, ...]:

@@ -381,19 +381,20 @@ class JobRunner:
         """Refuse ``call`` of ``pipe`` when its memory estimate does not fit in the memory there is with the
         weights loaded and no job running: measured now when none runs, else the last such
         measure (a running job's activations are free again when this one runs)
-        (:meth:`~vidax.pipelines.memory.MemoryChecks.check_memory`, its hints the request's
+        (:func:`~vidax.pipelines.memory.check_memory`, its hints the request's
         fields only).
 
         Raises:
             OutOfMemoryError: naming the fields to change and the size that fits.
         """
-        from vidax.pipelines.memory import available_memory
+        from vidax.pipelines.memory import available_memory, check_memory
 
         with self._lock:
             if not self._running:
                 self.idle_memory = available_memory()
             idle = self.idle_memory
-        type(pipe).check_memory(
+        check_memory(
+            type(pipe),
             pipe.info,
             call,
             dtype=pipe.dtype,
@@ -689,7 +690,8 @@ class JobRunner:
         calls += [calls[-1]] * self._padding(batch)
         if len(calls) > 1:
             noise = jax.tree.map(
-                lambda *a: np.concatenate([np.asarray(x) for x in a]), *[batch[0].pipe.initial_noise(c) for c in calls]
+                lambda *a: np.concatenate([np.asarray(x) for x in a]),
+                *[batch[0].pipe.hooks.initial_noise(c) for c in calls],
             )
             streams = type(batch[0].pipe).family.latent_streams
             first, others = (

@@ -110,7 +110,7 @@ def decoded_samples(pipe: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     stats = RunStats()
     with pipe.precision():
         cond = pipe.hooks.condition(call, stats)
-        x = pipe.hooks.final_latents(call, pipe.hooks.prepare_latents(call, pipe.initial_noise(call), cond), cond)
+        x = pipe.hooks.final_latents(call, pipe.hooks.prepare_latents(call, pipe.hooks.initial_noise(call), cond), cond)
         z = x[pipe.family.latent_streams[0]] if isinstance(x, dict) else x
         decoded_t = pipe.hooks.latents_to_decode(call, z).shape[1]
         frames = pipe.hooks.decode(call, z, stats)

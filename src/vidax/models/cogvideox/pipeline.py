@@ -94,7 +94,7 @@ COMPONENTS = ComponentTable(
 
 class CogVideoXHooks(FamilyHooks):
     """The CogVideoX family's hooks, in one place: what :class:`CogVideoXPipeline` and
-    :class:`CogVideoXImageToVideoPipeline` share (each is ``(CogVideoXHooks, VideoPipeline)``)."""
+    :class:`CogVideoXImageToVideoPipeline` share (:class:`CogVideoXPipeline`'s own; the image-to-video hooks subclass them)."""
 
     pipeline_name = "CogVideoXPipeline"
 

@@ -283,7 +283,7 @@ COMPONENTS = ComponentTable(
 
 class HunyuanVideoHooks(FamilyHooks):
     """The HunyuanVideo family's hooks, in one place: what :class:`HunyuanVideoPipeline` and
-    :class:`HunyuanVideoImageToVideoPipeline` share (each is ``(HunyuanVideoHooks, VideoPipeline)``)."""
+    :class:`HunyuanVideoImageToVideoPipeline` share (:class:`HunyuanVideoPipeline`'s own; the image-to-video hooks subclass them)."""
 
     pipeline_name = "HunyuanVideoPipeline"
 

@@ -81,7 +81,7 @@ COMPONENTS_I2V = dataclasses.replace(COMPONENTS, weighted={**COMPONENTS.weighted
 
 class HunyuanVideo15Hooks(FamilyHooks):
     """The HunyuanVideo 1.5 family's hooks, in one place: what :class:`HunyuanVideo15Pipeline` and
-    :class:`HunyuanVideo15ImageToVideoPipeline` share (each is ``(HunyuanVideo15Hooks, VideoPipeline)``)."""
+    :class:`HunyuanVideo15ImageToVideoPipeline` share (:class:`HunyuanVideo15Pipeline`'s own; the image-to-video hooks subclass them)."""
 
     pipeline_name = "HunyuanVideo15Pipeline"
 

@@ -330,8 +330,8 @@ COMPONENTS = ComponentTable(
 
 class LTXHooks(FamilyHooks):
     """The LTX-Video family's hooks, in one place: what :class:`LTXPipeline`,
-    :class:`LTXImageToVideoPipeline` and :class:`LTXConditionPipeline` share (each is ``(LTXHooks,
-    VideoPipeline)``). The functions above (decode noise, schedule, packed latents) also serve LTX-2.
+    :class:`LTXImageToVideoPipeline` and :class:`LTXConditionPipeline` share (:class:`LTXPipeline`'s own; the other classes' hooks subclass
+    them). The functions above (decode noise, schedule, packed latents) also serve LTX-2.
     """
 
     pipeline_name = "LTXPipeline"

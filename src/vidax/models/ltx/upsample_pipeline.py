@@ -128,6 +128,10 @@ class LTXUpsampleHooks(FamilyHooks):
 
         return load_weighted(info, {"vae": dict(dtype=parse_dtype(vae_dtype)), "latent_upsampler": dict(dtype=dtype)})
 
+    @classmethod
+    def plan_staging(cls, info, dtype, vae_dtype, offload, mesh, text_encoder_dtype=None) -> Staging:
+        return Staging()  # two small modules, both on the device
+
     def decode_input(self, call, z):
         return decode_noise(self.info, call, z)
 
@@ -188,10 +192,6 @@ class LTXUpsampling:
     @classmethod
     def capabilities_of(cls, info: LTXUpsampleInfo):
         return dataclasses.replace(super().capabilities_of(info), image=False, video=True)
-
-    @classmethod
-    def plan_staging(cls, info, dtype, vae_dtype, offload, mesh, text_encoder_dtype=None) -> Staging:
-        return Staging()  # two small modules, both on the device
 
     def check_upsample_call(
         self,

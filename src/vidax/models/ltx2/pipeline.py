@@ -396,8 +396,8 @@ COMPONENTS = ComponentTable(
 class LTX2Hooks(FamilyHooks):
     """The LTX-2 family's hooks, in one place: what :class:`LTX2Pipeline`,
     :class:`~vidax.models.ltx2.pipeline_i2v.LTX2ImageToVideoPipeline` and
-    :class:`~vidax.models.ltx2.pipeline_condition.LTX2ConditionPipeline` share (each is
-    ``(LTX2Hooks, VideoPipeline)`` and declares its task, keywords and own hooks). LTX-Video's
+    :class:`~vidax.models.ltx2.pipeline_condition.LTX2ConditionPipeline` share (:class:`LTX2Pipeline`'s own; each other class's hooks subclass them and declare
+    its task, keywords and own hooks). LTX-Video's
     parts come from the functions of :mod:`vidax.models.ltx.pipeline`.
 
     A pipeline with ``packed_latents`` False takes 5-D ``latents=`` as they are; where its

@@ -20,7 +20,7 @@ packed tokens ``(B, N, C)``:
 * ``latents=`` (B, C, F', H', W') de-normalised clean latents (normalised with the scaling
   factor; else zeros), then every token ``n s' + x (1 - s')`` with ``s' = (1 - mask)
   noise_scale``; ``noise_scale`` None: the first of ``sigmas`` or 1. The noise: the base
-  tokens' from ``seed`` as :meth:`~vidax.pipelines.base.VideoPipeline.initial_noise` (5-D),
+  tokens' from ``seed`` as :meth:`~vidax.pipelines.hooks.FamilyHooks.initial_noise` (5-D),
   the appended tokens' from ``fold_in(PRNGKey(seed), 5)``. ``audio_latents`` (B, C_a, L, M)
   are normalised and mixed with ``noise_scale`` too (1 by default: noise).
 * The schedule's shift counts every token, the appended ones too; per token timestep ``t (1 -
