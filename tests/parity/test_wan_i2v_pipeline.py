@@ -71,7 +71,7 @@ def test_fp32_pipeline_matches_diffusers(reference):
     # the CLIP features gives a far-off video, and so does another image in the CLIP branch alone.
     other = pipe(random_image(1), latents=latents, progress=False, **LANDSCAPE, **CALL)
     assert psnr(other.frames, frames) < 45.0  # measured 34 dB
-    encode = pipe.encode_image
+    encode = pipe.hooks.encode_image
     pipe.hooks.encode_image = lambda image: encode(random_image(1))
     try:
         clip_only = pipe(random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL)
