@@ -279,7 +279,7 @@ def test_condition_video_keep_last_matches_diffusers(cosmos3):
     _, ref, pipe, _ = cosmos3
     video = np.random.default_rng(6).integers(0, 256, (8, 40, 56, 3), dtype=np.uint8)
     call = pipe.check_call(pipe.info, PROMPT, video=video, condition_video_keep="last", **CALL)
-    pixels, idx = pipe.condition_frames(call)
+    pixels, idx = pipe.hooks.condition_frames(call)
     want = ref.video_processor.preprocess_video([PIL.Image.fromarray(f) for f in video], height=H, width=W)
     np.testing.assert_allclose(pixels[0], want[0, :, -5:].permute(1, 2, 3, 0).numpy(), atol=1e-6)
     assert idx == (0, 1)

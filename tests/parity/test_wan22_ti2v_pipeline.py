@@ -53,7 +53,7 @@ def reference(tmp_path_factory):
 def test_t2v_fp32_matches_diffusers(reference):
     path, ref = reference
     pipe = vidax.load_pipeline(path, dtype="float32")
-    assert type(pipe).__name__ == "WanPipeline" and pipe.expand_timesteps
+    assert type(pipe).__name__ == "WanPipeline" and pipe.info.expand_timesteps
     assert (pipe.vae.config.spatial_compression, pipe.vae.config.temporal_compression) == (16, 4)
     latents, frames = ref["t2v"]
     out = pipe(latents=latents, progress=False, **LANDSCAPE, **CALL)
@@ -76,7 +76,7 @@ def test_t2v_fp32_matches_diffusers(reference):
 def test_i2v_fp32_matches_diffusers(reference, caplog):
     path, ref = reference
     pipe = vidax.load_pipeline(path, dtype="float32", task="i2v")
-    assert type(pipe).__name__ == "WanImageToVideoPipeline" and pipe.expand_timesteps
+    assert type(pipe).__name__ == "WanImageToVideoPipeline" and pipe.info.expand_timesteps
     latents, frames = ref["i2v"]
     out = pipe(random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL)
     value = psnr(out.frames, frames)
