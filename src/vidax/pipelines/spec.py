@@ -316,7 +316,7 @@ def diffusers_classes(pipeline: type) -> tuple[str, ...]:
 
 
 def embeds_options(pipeline: type) -> tuple[CallOption, ...]:
-    """The declarations of ``pipeline.prompt_embeds_args`` and their ``negative_`` twins."""
+    """The declarations of ``pipeline.family.prompt_embeds_args`` and their ``negative_`` twins."""
     return tuple(
         CallOption(
             prefix + n,
