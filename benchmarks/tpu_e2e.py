@@ -256,7 +256,7 @@ def run(args, hard_stop: bool = False) -> dict:
         row["load_s"] = round(time.perf_counter() - t0, 2)
         path = args.output or os.path.join(tempfile.mkdtemp(prefix="vidax-e2e-"), "video.mp4")
         writer, chunks, finite = None, [], []
-        if getattr(pipe, "CHUNK_CALLBACK", None):  # a long video: written chunk by chunk, as vidax generate does
+        if getattr(pipe.family, "CHUNK_CALLBACK", None):  # a long video: written chunk by chunk, as vidax generate does
             from vidax.io.growing import GrowingMp4
 
             writer = GrowingMp4(path, pipe.video_fps(c), overwrite=True)
@@ -268,7 +268,9 @@ def run(args, hard_stop: bool = False) -> dict:
                 if args.progress:
                     print(f"chunk {chunk.index + 1} of {chunk.count}: {chunks[-1]}", file=sys.stderr, flush=True)
 
-            c = dataclasses.replace(c, extra={**c.extra, pipe.CHUNK_CALLBACK: chunk_done, pipe.CHUNK_KEEP: False})
+            c = dataclasses.replace(
+                c, extra={**c.extra, pipe.family.CHUNK_CALLBACK: chunk_done, pipe.family.CHUNK_KEEP: False}
+            )
         t_call = time.perf_counter()
         try:
             out = pipe.generate(c)

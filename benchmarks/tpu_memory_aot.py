@@ -4,7 +4,7 @@ For a model of ``tpu_models.PRESETS`` at its reference size (``reference_configs
 transformer, float32 VAE), two kinds of program are compiled ahead of time for one TPU v5e chip
 (``jax.experimental.topologies``, with libtpu installed; no chip needed) and the compiler's
 ``memory_analysis()`` is printed beside what the memory plan estimates before loading
-(:meth:`~vidax.pipelines.memory.MemoryChecks.memory_estimate` for a TPU device):
+(:func:`~vidax.pipelines.memory.memory_estimate` for a TPU device):
 
 * ``step``: one denoising step with ``--blocks`` transformer blocks (one streamed chunk; a
   resident transformer's scan over its blocks needs the same temporaries): the compiler's
@@ -37,6 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tpu_common import report  # noqa: E402
 from tpu_models import PRESETS, PROMPT, build_step, build_vae, configs_only  # noqa: E402
+
+from vidax.pipelines.memory import memory_estimate
 
 #: The topology whose first chip the programs are compiled for (one v5e, 15.75 GiB of HBM).
 TOPOLOGY = "v5e:2x2"
@@ -156,7 +158,7 @@ def tile_latents(vae, z_shape) -> tuple:
 def video_latents(cls, info, call) -> tuple:
     """``(B, T, h, w, C)`` of the video latents the VAE decodes for ``call`` (LTX's pipelines
     keep them packed as tokens: their latent grid)."""
-    shape = cls.latent_shape(info, call)
+    shape = cls.family.latent_shape(info, call)
     if len(shape) == 5:
         b, c, t, h, w = shape
         return (b, t, h, w, c)
@@ -223,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
         components={"vae": preset.tiny_components["vae"]} if args.tiny and "vae" in preset.tiny_components else None,
     )
     call = cls.check_call(info, PROMPT, **dict(preset.tiny_call if args.tiny else {}, num_inference_steps=2))
-    est = cls.memory_estimate(info, call, dtype=jnp.bfloat16, flash=platform in ("tpu", "gpu"), platform=platform)
+    est = memory_estimate(cls, info, call, dtype=jnp.bfloat16, flash=platform in ("tpu", "gpu"), platform=platform)
     row = {
         "model": args.model,
         "target": f"{platform}: {device.device_kind}",

@@ -99,7 +99,7 @@ def configs_only(folder: str, overrides: dict | None = None, components: dict | 
         ckpt = Checkpoint.open(tmp)
         cls = registry().pipeline(ckpt.pipeline_class_name).load()
         try:
-            return cls, cls.read_checkpoint(ckpt)
+            return cls, cls.family.read_checkpoint(ckpt)
         except CheckpointError as e:
             m = missing.search(str(e))
             if m is None:
@@ -283,10 +283,10 @@ def step_parts(preset: Preset, pipe, call):
     if call.do_cfg:
         embeds = jax.tree.map(lambda e: jnp.concatenate([e, e]), embeds)
     embeds = jax.tree.map(lambda e: repeat_embeds(e, call.num_videos_per_prompt, pipe.dtype), embeds)
-    cond = pipe.condition(call, RunStats())
-    x = pipe.prepare_latents(call, pipe.initial_noise(call), cond)
-    state = pipe.set_timesteps(call, x)
-    inputs, _ = pipe.step_args(call, embeds, cond, state, 0)
+    cond = pipe.hooks.condition(call, RunStats())
+    x = pipe.hooks.prepare_latents(call, pipe.hooks.initial_noise(call), cond)
+    state = pipe.hooks.set_timesteps(call, x)
+    inputs, _ = pipe.hooks.step_args(call, embeds, cond, state, 0)
     return x, state, embeds, inputs, preset.shapes(pipe, call, x, embeds, inputs)
 
 

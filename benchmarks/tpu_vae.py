@@ -4,7 +4,7 @@ The VAE of the model's ``reference_configs/`` folder (``tpu_models.PRESETS`` and
 CogVideoX, whose step has no preset), random weights
 made on the host, float32 by default (as every pipeline runs it, whatever the transformer's
 dtype), decoding the latents of the checkpoint's default video through the pipeline's own
-decode (``VideoPipeline.decode``: de-normalisation, the family's decode input, its chunks one by
+decode (``pipe.hooks.decode``: de-normalisation, the family's decode input, its chunks one by
 one, each moved to the host). Reported: the first decode's seconds (compiles included), the
 number of XLA compilations (``programs``: per jitted function, the VAE's decode program among
 them) and how many came from the persistent compile cache, then the best of ``--repeats`` warm
@@ -125,9 +125,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     c = cls.check_call(info, PROMPT, **call)
     stats = RunStats()
-    cond = pipe.condition(c, stats)
-    x = pipe.final_latents(c, pipe.prepare_latents(c, pipe.initial_noise(c), cond), cond)
-    z = x[cls.latent_streams[0]] if isinstance(x, dict) else x
+    cond = pipe.hooks.condition(c, stats)
+    x = pipe.hooks.final_latents(c, pipe.hooks.prepare_latents(c, pipe.hooks.initial_noise(c), cond), cond)
+    z = x[cls.family.latent_streams[0]] if isinstance(x, dict) else x
     row = {
         "device": device_summary(),
         "model": args.model,
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     with jax.default_matmul_precision(args.matmul_precision):
         t0 = time.perf_counter()
         with count_compiles() as counts:
-            out = pipe.decode(c, z, stats)
+            out = pipe.hooks.decode(c, z, stats)
         row.update(
             cold_s=round(time.perf_counter() - t0, 1),
             compiles=counts.compiled,
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
         best = float("inf")
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            out = pipe.decode(c, z, stats)
+            out = pipe.hooks.decode(c, z, stats)
             best = min(best, time.perf_counter() - t0)
         row.update(
             warm_s=round(best, 2),
@@ -165,10 +165,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.compare_precision:
         pipe.matmul_precision = args.compare_precision
         t0 = time.perf_counter()
-        other = pipe.decode(c, z, stats)
+        other = pipe.hooks.decode(c, z, stats)
         t_other = time.perf_counter() - t0
         t0 = time.perf_counter()
-        other = pipe.decode(c, z, stats)
+        other = pipe.hooks.decode(c, z, stats)
         mse = float(np.mean((np.asarray(out, np.float64) - np.asarray(other, np.float64)) ** 2))
         row.update(
             compare_precision=args.compare_precision,

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import vidax
 from vidax.cli import app
 from vidax.errors import CheckpointError, ConfigError, InputError, NumericalError
+from vidax.pipelines.memory import check_memory
 
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
 #: A frame file of an "earlier run": a PNG by its signature (vidax replaces nothing else).
@@ -85,7 +86,7 @@ def test_check_call_reads_no_weights(broken):
 
     ckpt = Checkpoint.open(broken)
     cls = pipeline_class(ckpt, task="t2v")
-    info = cls.read_checkpoint(ckpt)
+    info = cls.family.read_checkpoint(ckpt)
     with pytest.raises(InputError, match="height=100"):
         cls.check_call(info, "a cat", height=100)
     call = cls.check_call(info, "a cat", **SMALL)  # a good call is checked without weights too
@@ -230,7 +231,7 @@ def test_size_output_and_component_folder_errors_say_what_is_valid(ckpt, tmp_pat
     from vidax.checkpoint import Checkpoint
     from vidax.models.wan.pipeline import WanPipeline
 
-    ti2v = WanPipeline.read_checkpoint(
+    ti2v = WanPipeline.family.read_checkpoint(
         Checkpoint.open(os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-TI2V-5B-Diffusers"))
     )
     with pytest.raises(InputError) as e:
@@ -543,7 +544,7 @@ def test_nan_at_a_step_stops_the_run(pipe, monkeypatch):
     from vidax.models.wan.pipeline import WanPipeline
 
     monkeypatch.setattr(pipe.denoiser, "step_fns", {})  # the poisoned step compiles afresh
-    monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 2))
+    monkeypatch.setattr(WanPipeline.family, "scheduler_update", _poison_step(WanPipeline.family.scheduler_update, 2))
     steps = []
     with pytest.raises(
         NumericalError,
@@ -577,7 +578,7 @@ def test_nan_in_the_vae_decode_is_named(pipe, monkeypatch):
 def test_cli_nan_is_one_line_and_writes_nothing(ckpt, tmp_path, monkeypatch):
     from vidax.models.wan.pipeline import WanPipeline
 
-    monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 1))
+    monkeypatch.setattr(WanPipeline.family, "scheduler_update", _poison_step(WanPipeline.family.scheduler_update, 1))
     out = tmp_path / "v.mp4"
     r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(out), *SMALL_FLAGS)
     assert r.exit_code == 2, r.output
@@ -593,7 +594,7 @@ def _reference_info(name, task):
 
     ckpt = Checkpoint.open(os.path.join(REFERENCE_CONFIGS, name))
     cls = pipeline_class(ckpt, task=task)
-    return cls, cls.read_checkpoint(ckpt)
+    return cls, cls.family.read_checkpoint(ckpt)
 
 
 def test_cogvideox_noise_arguments_checked_before_loading():
@@ -651,18 +652,18 @@ def test_api_size_beyond_the_model(pipe):
         cls.check_call(info, "a cat", height=768, width=2416)
     cls.check_call(info, "a cat", height=768, width=2400)
     cls, info = _reference_info("THUDM__CogVideoX-5b", "t2v")  # 1.0: any grid maps onto its base grid
-    assert cls.size_limits(info).height is None
+    assert cls.family.size_limits(info).height is None
 
 
 def test_large_size_warns_with_an_estimate(caplog):
     cls, info = _reference_info("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v")
     plenty = (2**60, "test memory")  # the warning of a run that fits (one that does not is refused)
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
-        cls.check_memory(info, cls.check_call(info, "a cat"), available=plenty)
+        check_memory(cls, info, cls.check_call(info, "a cat"), available=plenty)
         # Wan's 720p: 2.3x the tokens, no warning
-        cls.check_memory(info, cls.check_call(info, "a cat", height=720, width=1280), available=plenty)
+        check_memory(cls, info, cls.check_call(info, "a cat", height=720, width=1280), available=plenty)
         assert not caplog.records
-        cls.check_memory(info, cls.check_call(info, "a cat", height=4096, width=4096), available=plenty)
+        check_memory(cls, info, cls.check_call(info, "a cat", height=4096, width=4096), available=plenty)
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     # 81 frames -> 21 latent frames; 4096 / 8 / 2 = 256 patches per side; CFG doubles the batch.
@@ -721,7 +722,7 @@ def test_configs_only_checks_of_the_review(broken, tmp_path, monkeypatch):
     img = np.zeros((32, 48, 3), np.uint8)
     import dataclasses
 
-    info = WanPipeline.read_checkpoint(Checkpoint.open(broken))
+    info = WanPipeline.family.read_checkpoint(Checkpoint.open(broken))
     info = dataclasses.replace(info, tasks=("t2v", "i2v"))  # as TI2V-5B: image-to-video too
     with pytest.raises(InputError, match="one image for the whole batch"):
         WanPipeline.check_call(info, "a cat", image=[img, img], **SMALL)

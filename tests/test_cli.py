@@ -108,7 +108,7 @@ def test_a_seed_draws_the_video_noise_from_its_own_key(pipe):
     import jax
 
     call = pipe.check_call(pipe.info, "a red car", seed=11, **SMALL)
-    noise = np.asarray(jax.random.normal(jax.random.PRNGKey(11), pipe.latent_shape(pipe.info, call)))
+    noise = np.asarray(jax.random.normal(jax.random.PRNGKey(11), pipe.family.latent_shape(pipe.info, call)))
     seeded = pipe("a red car", seed=11, progress=False, **SMALL)
     given = pipe("a red car", latents=noise, progress=False, **SMALL)
     np.testing.assert_array_equal(seeded.frames, given.frames)
@@ -639,7 +639,7 @@ def _wan_info(folder):
     from vidax.checkpoint import Checkpoint
     from vidax.models.wan.pipeline import WanPipeline
 
-    return WanPipeline.read_checkpoint(Checkpoint.open(folder))
+    return WanPipeline.family.read_checkpoint(Checkpoint.open(folder))
 
 
 @pytest.mark.parametrize("repo", sorted(WAN_VARIANTS))
@@ -1170,7 +1170,7 @@ def test_a_flag_whose_families_differ_in_default_says_each_default():
     options = call_options()
     defaults: dict[str, set] = {}
     for spec in registry().pipelines():
-        for o in spec.load().call_options:
+        for o in spec.load().family.call_options:
             if o.is_flag:
                 defaults.setdefault(o.name, set()).add(o.default)
     differ = [name for name, d in defaults.items() if len(d) > 1]
@@ -1280,13 +1280,13 @@ def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch)
     from vidax.models.wan.pipeline import WanPipeline
 
     reads = []
-    read = WanPipeline.read_checkpoint.__func__
+    read = WanPipeline.family.read_checkpoint.__func__
 
     def counted(cls, checkpoint):
-        reads.append(cls.__name__)
+        reads.append(cls.pipeline_name)
         return read(cls, checkpoint)
 
-    monkeypatch.setattr(WanPipeline, "read_checkpoint", classmethod(counted))
+    monkeypatch.setattr(WanPipeline.family, "read_checkpoint", classmethod(counted))
     r = CliRunner().invoke(
         app,
         [

@@ -24,6 +24,7 @@ from vidax import default_checkpoint as dc
 from vidax.checkpoint import TASK_NAMES
 from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.pipelines.contracts import PROTOCOLS, PooledTextEncoder
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.registry import FAMILIES, KINDS, registry
 
 # The CLIP vision tower's, for both of its class names.
@@ -389,16 +390,16 @@ PIPELINES = list(registry().pipelines())
 
 @pytest.mark.parametrize("spec", PIPELINES, ids=[p.class_name for p in PIPELINES])
 def test_pipeline_keeps_its_contract(spec):
-    """Registered pipelines are VideoPipelines that declare their task and call keywords and
-    implement the configs-only hooks."""
+    """Registered pipelines are VideoPipelines whose family hooks (declared for them, by name)
+    declare their task and call keywords and implement the configs-only hooks."""
     cls = spec.load()
-    assert issubclass(cls, VideoPipeline) and cls.task in TASK_NAMES
-    assert cls.read_checkpoint is not VideoPipeline.read_checkpoint
-    assert cls.load_components is not VideoPipeline.load_components
-    assert cls.latent_shape is not VideoPipeline.latent_shape
-    names = [o.name for o in cls.call_options]
+    assert issubclass(cls, VideoPipeline) and cls.family.task in TASK_NAMES
+    assert cls.family.read_checkpoint.__func__ is not FamilyHooks.read_checkpoint.__func__
+    assert cls.family.load_components.__func__ is not FamilyHooks.load_components.__func__
+    assert issubclass(cls.family, FamilyHooks) and cls.family.pipeline_name == cls.__name__
+    names = [o.name for o in cls.family.call_options]
     assert len(set(names)) == len(names) and not set(names) & set(SHARED_CALL_ARGS)
-    assert set(cls.unsupported_call_args) <= set(SHARED_CALL_ARGS)
+    assert set(cls.family.unsupported_call_args) <= set(SHARED_CALL_ARGS)
 
 
 def test_every_diffusers_pipeline_class_vidax_implements_is_registered():

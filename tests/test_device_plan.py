@@ -22,6 +22,7 @@ from vidax.pipelines.memory import (
     CALIBRATIONS,
     DEVICE_MEMORY_ENV,
     calibration,
+    memory_estimate,
     parse_memory_size,
     pretend_device_memory,
     run_memory_estimate,
@@ -131,10 +132,10 @@ def test_a_tpu_plan_counts_the_tpu_calibration(ckpt):
     assert tpu.decode_bytes_per_element != cpu.decode_bytes_per_element
     assert calibration("tpu") is tpu and calibration("gpu") is cpu and calibration("cpu") is cpu
     assert calibration(None) is calibration(jax.devices()[0].platform)
-    size = cls.model_size(info, call)
-    latents = int(np.prod(cls.latent_shape(info, call)))
+    size = cls.family.model_size(info, call)
+    latents = int(np.prod(cls.family.latent_shape(info, call)))
     for platform, figures in (("tpu", tpu), ("cpu", cpu)):
-        est = cls.memory_estimate(info, call, flash=True, platform=platform)
+        est = memory_estimate(cls, info, call, flash=True, platform=platform)
         want = run_memory_estimate(
             size, 2 * call.batch if call.do_cfg else call.batch, latents, call.num_frames, call.height,
             call.width, videos=call.batch, flash=True, calibration=figures,
@@ -143,7 +144,7 @@ def test_a_tpu_plan_counts_the_tpu_calibration(ckpt):
     on_tpu = plan_device(plan, call, 2**40, None, platform="tpu")
     on_cpu = plan_device(plan, call, 2**40, None, platform="cpu", sizes=on_tpu.sizes)
     dec = on_tpu.stages.decode - on_cpu.stages.decode
-    assert dec == cls.memory_estimate(info, call, platform="tpu").decode - cls.memory_estimate(info, call).decode != 0
+    assert dec == memory_estimate(cls, info, call, platform="tpu").decode - memory_estimate(cls, info, call).decode != 0
 
 
 def test_roomy_device_changes_nothing(ckpt, roomy, monkeypatch, capsys):
@@ -194,8 +195,8 @@ def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):
 
 
 def _activations(plan):
-    est = plan.pipeline.memory_estimate(plan.info, plan.call, dtype=plan.dtype, weights="loaded")
-    return Activations.of(est, int(np.prod(plan.pipeline.latent_shape(plan.info, plan.call))) * 4 * 2)
+    est = memory_estimate(plan.pipeline, plan.info, plan.call, dtype=plan.dtype, weights="loaded")
+    return Activations.of(est, int(np.prod(plan.pipeline.family.latent_shape(plan.info, plan.call))) * 4 * 2)
 
 
 def test_too_small_is_refused_before_loading_naming_what_fits(ckpt, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import pytest
 
 from tests.paths import REFERENCE_CONFIGS
 from vidax.pipelines.device_plan import host_limit
+from vidax.pipelines.memory import memory_estimate
 
 #: One v5e chip: bytes_limit of its HBM, and the host RAM weights may wait in on a Colab / Kaggle
 #: TPU machine (40 GiB, ~3 GiB of it the system's) less the run's own reserve.
@@ -206,7 +207,7 @@ def test_tpu_estimates_at_least_the_compilers(label, stage, tmp_path):
     plan = with_placement(
         with_call(read_plan(released_folder(repo, tmp_path)), prompt="a cat", **call), dtype="bfloat16"
     )
-    est = plan.pipeline.memory_estimate(plan.info, plan.call, dtype="bfloat16", flash=True, platform="tpu")
+    est = memory_estimate(plan.pipeline, plan.info, plan.call, dtype="bfloat16", flash=True, platform="tpu")
     got, want = getattr(est, stage), COMPILER_TEMP[(label, stage)]
     print(f"{label} {stage}: estimate {got / 2**30:.2f} GiB, compiler {want / 2**30:.2f} GiB")
     assert 1 <= got / want <= UPPER.get((label, stage), 1.15), (got / 2**30, want / 2**30)

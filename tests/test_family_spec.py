@@ -125,7 +125,7 @@ def test_spec_runs_the_call_checks_and_defaults_from_configs_alone(family, tmp_p
         call = spec.check_call("a cat", **image)
         d = spec.defaults
         assert (call.height, call.width, call.num_inference_steps) == (d.height, d.width, d.num_inference_steps)
-        assert call.num_frames == plan.pipeline.resolve_num_frames(info, d.num_frames)
+        assert call.num_frames == plan.pipeline.family.resolve_num_frames(info, d.num_frames)
         assert call.max_sequence_length == d.max_sequence_length and call.prompts == ["a cat"]
         shapes = spec.latent_shapes(call)
         assert spec.latent_streams[0] in shapes and set(shapes) <= set(spec.latent_streams)

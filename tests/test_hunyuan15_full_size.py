@@ -220,7 +220,7 @@ def test_released_checkpoints_read(repo, tmp_path):
             json.dump({"image_processor_type": "SiglipImageProcessor"}, f)
         with open(os.path.join(folder, "image_encoder", "config.json"), "w") as f:
             json.dump({"model_type": "siglip_vision_model", "hidden_size": 1152}, f)
-    info = HunyuanVideo15Pipeline.read_checkpoint(Checkpoint.open(folder))
+    info = HunyuanVideo15Pipeline.family.read_checkpoint(Checkpoint.open(folder))
     with open(os.path.join(REFERENCE_CONFIGS, repo, "guider", "config.json")) as f:
         scale = json.load(f)["guidance_scale"]
     (h, w), target = RELEASED[repo.split("Diffusers-")[-1][:4]]
@@ -231,7 +231,7 @@ def test_released_checkpoints_read(repo, tmp_path):
     if "t2v" in repo:
         assert info.tasks == ("t2v",)
         call = HunyuanVideo15Pipeline.check_call(info, "a cat")
-        assert HunyuanVideo15Pipeline.latent_shape(info, call) == (1, 32, 31, h // 16, w // 16)
+        assert HunyuanVideo15Pipeline.family.latent_shape(info, call) == (1, 32, 31, h // 16, w // 16)
         assert call.do_cfg == (scale != 1.0)
     else:
         assert info.tasks == ("i2v",)

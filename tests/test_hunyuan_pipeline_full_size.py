@@ -50,7 +50,7 @@ def _folder(repo: str, tmp_path) -> str:
 @pytest.mark.parametrize("repo", list(REPOS))
 def test_released_checkpoints_read(repo, tmp_path):
     cls, kind = REPOS[repo]
-    info = cls.read_checkpoint(Checkpoint.open(_folder(repo, tmp_path)))
+    info = cls.family.read_checkpoint(Checkpoint.open(_folder(repo, tmp_path)))
     assert info.image_condition_type == kind and info.tasks == (("t2v",) if kind is None else ("i2v",))
     d = info.defaults  # the reference __call__ defaults
     assert (d.height, d.width, d.num_frames, d.num_inference_steps, d.max_sequence_length) == (720, 1280, 129, 50, 256)
@@ -64,7 +64,7 @@ def test_released_checkpoints_read(repo, tmp_path):
         num_frames=129,
         **({} if kind is None else {"image": np.zeros((8, 8, 3), np.uint8)}),
     )
-    assert cls.latent_shape(info, call) == (1, 16, 33, 90, 160)
+    assert cls.family.latent_shape(info, call) == (1, 16, 33, 90, 160)
 
 
 def test_mismatched_text_encoder_refused(tmp_path):
@@ -76,7 +76,7 @@ def test_mismatched_text_encoder_refused(tmp_path):
     with open(index_file, "w") as f:
         json.dump(index, f)
     with pytest.raises(ConfigError, match="text_encoder is 'LlavaForConditionalGeneration'"):
-        HunyuanVideoPipeline.read_checkpoint(Checkpoint.open(folder))
+        HunyuanVideoPipeline.family.read_checkpoint(Checkpoint.open(folder))
 
 
 def _bytes(module, dtype_bytes: int = 2) -> int:
@@ -109,7 +109,7 @@ def test_staging_plan_at_full_size():
     }
     gb = {k: v / 1e9 for k, v in sizes.items()}
     assert 25 < gb["transformer"] < 26.5 and 14.5 < gb["text_encoder"] < 15.5, gb
-    stageable = HunyuanVideoPipeline.stageable
+    stageable = HunyuanVideoPipeline.family.stageable
     assert stageable == ("text_encoder", "text_encoder_2", "vae")
     keep = {n: None for n in stageable}  # the default: decided from the device's memory
     # 48 GB: the transformer and VAE fit in 60 % of it, the Llama encoder beside them does not
@@ -131,7 +131,9 @@ def test_latent_concat_says_it_returns_fewer_frames(tmp_path, caplog):
     """HunyuanVideo-I2V-33ch returns num_frames - 4 frames, as diffusers (video[:, :, 4:]): the
     call says so, naming num_frames only when it was given."""
     cls = HunyuanVideoImageToVideoPipeline
-    info = cls.read_checkpoint(Checkpoint.open(_folder("hunyuanvideo-community__HunyuanVideo-I2V-33ch", tmp_path)))
+    info = cls.family.read_checkpoint(
+        Checkpoint.open(_folder("hunyuanvideo-community__HunyuanVideo-I2V-33ch", tmp_path))
+    )
     image = np.zeros((32, 32, 3), np.uint8)
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
         cls.check_call(info, "a cat", image=image, height=64, width=64, num_frames=33)
@@ -150,7 +152,9 @@ def test_latent_concat_says_it_returns_fewer_frames(tmp_path, caplog):
         with pytest.raises(InputError, match=r"^num_frames=1 leaves no frame: latent_concat .* give num_frames >= 5$"):
             cls.check_call(info, "a cat", image=image, height=64, width=64, num_frames=1, output_type=output_type)
     cls.check_call(info, "a cat", image=image, height=64, width=64, num_frames=5)
-    token_replace = cls.read_checkpoint(Checkpoint.open(_folder("hunyuanvideo-community__HunyuanVideo-I2V", tmp_path)))
+    token_replace = cls.family.read_checkpoint(
+        Checkpoint.open(_folder("hunyuanvideo-community__HunyuanVideo-I2V", tmp_path))
+    )
     caplog.clear()
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
         cls.check_call(token_replace, "a cat", image=image, height=64, width=64, num_frames=33)

@@ -267,7 +267,7 @@ def test_extend_a_clip_from_the_command_line_and_python(df_path, tmp_path):
     got = np.load(out)
     assert got.shape == (17 + 25, 32, 48, 3)
     np.testing.assert_allclose(got[:17], read_video(tmp_path / "clip.mp4") / np.float32(255), atol=1e-6)
-    info = V2V.read_checkpoint(Checkpoint.open(df_path))
+    info = V2V.family.read_checkpoint(Checkpoint.open(df_path))
     call = V2V.check_call(info, "a cat", video=clip, num_frames=25, base_num_frames=25, height=32, width=48)
     assert call.extra["overlap_history"] == 17
 

@@ -186,7 +186,9 @@ def test_cli_names_no_family_keyword():
     # generate's own flags (--fps, the mp4's rate) are not family flags: a pipeline whose keyword
     # they equal (Cosmos 3's fps=) is handed their value.
     own = set(inspect.signature(generate).parameters)
-    family_only = {o.name for p in registry().pipelines() for o in p.load().call_options} - set(SHARED_CALL_ARGS) - own
+    family_only = (
+        {o.name for p in registry().pipelines() for o in p.load().family.call_options} - set(SHARED_CALL_ARGS) - own
+    )
     assert {"frame_rate", "video", "true_cfg_scale", "decode_timestep"} <= family_only  # the list is not empty
     flags = {"--" + k.replace("_", "-") for k in family_only}
     folder = os.path.join(REPO, "src", "vidax", "cli")

@@ -56,13 +56,13 @@ def test_fast_mode_is_opt_in_and_reported(pipe):
 
 def test_encode_prompt_runs_at_the_pipeline_precision(pipe, monkeypatch):
     seen = []
-    encode = type(pipe).encode_text
+    encode = type(pipe).family.encode_text
 
     def spy(self, *a, **k):
         seen.append(jax.config.jax_default_matmul_precision)
         return encode(self, *a, **k)
 
-    monkeypatch.setattr(type(pipe), "encode_text", spy)
+    monkeypatch.setattr(type(pipe).family, "encode_text", spy)
     with jax.default_matmul_precision("bfloat16"):
         encode_prompts(pipe, ["a cat"], 16)
     assert seen == ["highest"]

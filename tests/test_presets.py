@@ -454,7 +454,7 @@ def test_wan22_two_experts_lightx2v(a14b, tmp_path):
     )
     ref.set_timesteps(4)
     want = [0 if t >= 0.875 * 1000 else 1 for t in ref.timesteps]
-    got = pipe.expert_plan(pipe.scheduler.set_timesteps(4))
+    got = pipe.hooks.expert_plan(pipe.scheduler.set_timesteps(4))
     assert got == want and set(got) == {0, 1}
     lora = _tiny_wan_lora(tmp_path / "wan22_lightx2v_4step.safetensors")
     r = _generate(tmp_path, "--checkpoint", a14b, "--lora", lora)

@@ -56,7 +56,7 @@ def test_a_configs_only_folder_loads_and_encodes(configs_only):
     assert pipe.tokenizer.path.endswith("random-weights-stand-in-2")
     for leaf in jax.tree.leaves(nnx.state(pipe.transformer)):
         assert np.isfinite(np.asarray(leaf, np.float32)).all()
-    embeds = np.asarray(pipe.encode_text(["a cat"], 8))
+    embeds = np.asarray(pipe.hooks.encode_text(["a cat"], 8))
     assert embeds.shape[:2] == (1, 8) and np.isfinite(embeds).all() and embeds.std() > 0
 
 

@@ -7,6 +7,7 @@ import pytest
 
 import vidax
 from vidax.default_checkpoint import default_checkpoint
+from vidax.pipelines.memory import check_memory, memory_estimate
 from vidax.stats import RunStats
 
 TINY = dict(height=32, width=32, num_frames=5, num_inference_steps=1, max_sequence_length=16, progress=False)
@@ -103,6 +104,7 @@ def test_host_memory_told_apart_anonymous_and_mapped_files(tmp_path):
 MEASURE = """
 import json, sys
 import vidax
+from vidax.pipelines.memory import memory_estimate
 
 def rss(field):
     for line in open("/proc/self/status"):
@@ -116,7 +118,7 @@ for h, w, f in json.loads(sys.argv[2]):
         fh.write("5")
     before = rss("VmRSS:")
     pipe.generate(call)
-    print(json.dumps([h, w, f, rss("VmHWM:") - before, pipe.memory_estimate(pipe.info, call).total]))
+    print(json.dumps([h, w, f, rss("VmHWM:") - before, memory_estimate(type(pipe), pipe.info, call).total]))
 """
 
 
@@ -196,9 +198,9 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "v.npy").exists()
     # What fits is the largest size whose estimate is within the memory given.
     cls = pipeline_class(Checkpoint.open(ckpt), task="t2v")
-    info = cls.read_checkpoint(Checkpoint.open(ckpt))
+    info = cls.family.read_checkpoint(Checkpoint.open(ckpt))
     call = cls.check_call(info, "a cat", height=480, width=800, num_frames=17)
-    need = cls.memory_estimate(info, call).with_tiling().total  # the least: the VAE decoding in tiles
+    need = memory_estimate(cls, info, call).with_tiling().total  # the least: the VAE decoding in tiles
     free = need // 2
     with pytest.raises(
         OutOfMemoryError,
@@ -206,17 +208,17 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
         r"\(batch 1, CFG doubles it\) needs .* more than the .* of test "
         r"memory: height=(\d+), width=(\d+) fits at num_frames=17",
     ) as e:
-        cls.check_memory(info, call, available=(free, "test memory"))
+        check_memory(cls, info, call, available=(free, "test memory"))
     assert str(e.value).endswith("(to run it anyway: pipe.memory_check = False)")  # Python's words, not a flag
     h, w = map(int, re.search(r"height=(\d+), width=(\d+) fits", str(e.value)).groups())
     import dataclasses
 
-    assert cls.memory_estimate(info, dataclasses.replace(call, height=h, width=w)).with_tiling().total <= free
+    assert memory_estimate(cls, info, dataclasses.replace(call, height=h, width=w)).with_tiling().total <= free
     # the next size up the search tried: 16 pixels taller, the width keeping the 480 x 800 aspect
     taller = dataclasses.replace(call, height=h + 16, width=round(800 * (h + 16) / 480 / 16) * 16)
-    assert cls.memory_estimate(info, taller).with_tiling().total > free
+    assert memory_estimate(cls, info, taller).with_tiling().total > free
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
-        assert cls.check_memory(info, call, available=(free, "test memory"), refuse=False).total == need
+        assert check_memory(cls, info, call, available=(free, "test memory"), refuse=False).total == need
     assert "running it anyway" in caplog.records[-1].getMessage()
     # Weights alone over the memory: no size or frame count is offered (none makes room), only
     # what shrinks the weights: dtype bfloat16 for a float32 load (named as the argument), 8-bit kernels; offloading only where
@@ -235,9 +237,9 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
             "try weight_dtype='int8' (8-bit transformer kernels), offloading",
         ),
     ):
-        weights = cls.memory_estimate(info, call, dtype=dtype, weights=counted).weights
+        weights = memory_estimate(cls, info, call, dtype=dtype, weights=counted).weights
         with pytest.raises(OutOfMemoryError) as e:
-            cls.check_memory(info, call, dtype=dtype, loaded=False, available=(weights // 4, what))
+            check_memory(cls, info, call, dtype=dtype, loaded=False, available=(weights // 4, what))
         text = str(e.value)
         assert "the weights alone are more than that: " + tried + " (to run it anyway" in text, text
         assert "num_frames" not in text.split("GiB)", 1)[1] and "fits" not in text, text
@@ -251,13 +253,13 @@ def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, mo
 
     pipe = vidax.load_pipeline(ckpt)
     call = type(pipe).check_call(pipe.info, "a cat", height=288, width=288, num_frames=5)
-    est = pipe.memory_estimate(pipe.info, call)
+    est = memory_estimate(type(pipe), pipe.info, call)
     tiled = est.with_tiling()
     assert not est.vae_tiling and tiled.vae_tiling and tiled.total < est.total  # 288 px > one 256 px tile
     free = (est.total + tiled.total) // 2
-    assert not pipe.check_memory(pipe.info, call, available=(est.total, "test memory")).vae_tiling
+    assert not check_memory(type(pipe), pipe.info, call, available=(est.total, "test memory")).vae_tiling
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
-        got = pipe.check_memory(pipe.info, call, available=(free, "test memory"))
+        got = check_memory(type(pipe), pipe.info, call, available=(free, "test memory"))
     assert got == tiled
     assert re.search(
         r"an untiled VAE decode would not fit in the .* of test memory; decoding in tiles \(peak .*"
@@ -266,8 +268,8 @@ def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, mo
     )
     # The pipeline call: it decodes in tiles (the VAE's state seen at decode time), for this call only.
     seen = []
-    decode = pipe.decode
-    monkeypatch.setattr(pipe, "decode", lambda *a: seen.append(pipe.vae.use_tiling) or decode(*a))
+    decode = pipe.hooks.decode
+    monkeypatch.setattr(pipe.hooks, "decode", lambda *a: seen.append(pipe.vae.use_tiling) or decode(*a))
     monkeypatch.setattr(memory, "available_memory", lambda: (free, "test memory"))
     out = pipe("a cat", **{**TINY, "height": 288, "width": 288}, seed=0)
     assert seen == [True] and not pipe.vae.use_tiling and out.frames.shape == (1, 5, 288, 288, 3)
@@ -290,7 +292,7 @@ def test_out_of_memory_during_the_run_is_one_line(ckpt, monkeypatch):
         def fail(*_, error=error, **__):
             raise error
 
-        monkeypatch.setattr(pipe, "encode_text", fail)
+        monkeypatch.setattr(pipe.hooks, "encode_text", fail)
         with pytest.raises(
             OutOfMemoryError,
             match=r"^ran out of memory during the text encoding at height=32, "

@@ -1679,35 +1679,20 @@ def test_preview_map_is_fit_to_the_checkpoints_own_vae(tiny_pipe, preview_map):
         assert abs(correlation(PreviewMap(wrong, b, 0.0), latents, rgb)) < WRONG_MAP_R_MAX
 
 
-class _LinearDecodePipe:
-    """A pipeline whose decode is a known linear map per latent pixel, with a causal temporal
-    compression of 4 (latent frame 0 -> 1 frame, others -> 4), spatial 8, and one padding latent
-    frame in front that ``latents_to_decode`` drops (as CogVideoX's): the fit must find the map."""
+class _LinearDecodeHooks:
+    """The hooks of a pipeline whose decode is a known linear map per latent pixel, with a causal
+    temporal compression of 4 (latent frame 0 -> 1 frame, others -> 4), spatial 8, and one padding
+    latent frame in front that ``latents_to_decode`` drops (as CogVideoX's): the fit must find the map."""
 
     latent_streams = ("latents",)
     weights = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32) * 0.2
     bias = np.float32([0.1, -0.2, 0.05])
-
-    class info:  # noqa: N801 (the attribute a pipeline has)
-        class vae_config:  # noqa: N801
-            spatial_compression, temporal_compression = 8, 4
 
     @classmethod
     def size_limits(cls, info):
         from vidax.pipelines.base import SizeLimits
 
         return SizeLimits()
-
-    @classmethod
-    def check_call(cls, info, prompts, **kw):
-        from types import SimpleNamespace
-
-        return SimpleNamespace(prompts=prompts, **kw)
-
-    def precision(self):
-        import contextlib
-
-        return contextlib.nullcontext()
 
     def condition(self, call, stats):
         return {}
@@ -1732,12 +1717,36 @@ class _LinearDecodePipe:
         return np.repeat(np.repeat(frames, 8, axis=2), 8, axis=3) / 2 + 0.5
 
 
+class _LinearDecodePipe:
+    """The pipeline of :class:`_LinearDecodeHooks` (its family, and them bound as ``hooks``)."""
+
+    family = _LinearDecodeHooks
+
+    class info:  # noqa: N801 (the attribute a pipeline has)
+        class vae_config:  # noqa: N801
+            spatial_compression, temporal_compression = 8, 4
+
+    def __init__(self):
+        self.hooks = _LinearDecodeHooks()
+
+    @classmethod
+    def check_call(cls, info, prompts, **kw):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(prompts=prompts, **kw)
+
+    def precision(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
 def test_preview_fit_pools_each_latent_pixel_with_the_pixels_it_decodes_to():
     from vidax.serve.preview import fit_preview_map
 
     found = fit_preview_map(_LinearDecodePipe())
-    np.testing.assert_allclose(found.weights, _LinearDecodePipe.weights, atol=1e-5)
-    np.testing.assert_allclose(found.bias, _LinearDecodePipe.bias, atol=1e-5)
+    np.testing.assert_allclose(found.weights, _LinearDecodeHooks.weights, atol=1e-5)
+    np.testing.assert_allclose(found.bias, _LinearDecodeHooks.bias, atol=1e-5)
     assert found.r > 0.9999
 
 
@@ -1751,13 +1760,15 @@ def test_preview_of_the_estimate_from_the_scheduler_state():
     from vidax.schedulers.flow_match_euler import FlowMatchEulerDiscreteScheduler
     from vidax.serve.preview import Previewer
 
-    class Pipe:
+    class Hooks:
         latent_streams = ("latents",)
-        info = None
 
         @staticmethod
         def step_state(state):
             return state
+
+    class Pipe:
+        family, hooks, info = Hooks, Hooks(), None
 
     rng = np.random.default_rng(0)
     x, model_output = (jnp.asarray(rng.normal(size=(2, 3, 4, 5, 6)), jnp.float32) for _ in range(2))
@@ -1794,7 +1805,8 @@ def test_preview_frame_of_packed_tokens():
     from vidax.serve.preview import middle_frame
 
     pipe = SimpleNamespace(
-        latent_streams=("latents",), info=SimpleNamespace(latent_grid=lambda frames, height, width: (3, 2, 4))
+        family=SimpleNamespace(latent_streams=("latents",)),
+        info=SimpleNamespace(latent_grid=lambda frames, height, width: (3, 2, 4)),
     )
     call = SimpleNamespace(num_frames=17, height=64, width=128)
     grid = np.arange(2 * 3 * 2 * 4 * 5, dtype=np.float32).reshape(2, 3, 2, 4, 5)
@@ -2069,7 +2081,9 @@ def test_a_cached_call_of_two_experts_resumes_in_either_experts_run(tmp_path):
     call = pipe.check_call(
         pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False, **SMALL_CALL
     )
-    plan = pipe.expert_plan(pipe.set_timesteps(call, np.zeros(pipe.latent_shape(pipe.info, call), np.float32)))
+    plan = pipe.hooks.expert_plan(
+        pipe.hooks.set_timesteps(call, np.zeros(pipe.family.latent_shape(pipe.info, call), np.float32))
+    )
     switch = plan.index(1)
     assert 1 < switch < 5, plan  # steps of each expert before and after every resume point below
     saved = {}

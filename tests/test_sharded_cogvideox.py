@@ -231,7 +231,7 @@ def pipeline_ckpt(request, tmp_path_factory):
 def _call_pipeline(pipe, prompt=PROMPT):
     from tests.parity.cogvideox_reference import condition_image
 
-    image = dict(image=condition_image()) if pipe.task == "i2v" else {}
+    image = dict(image=condition_image()) if pipe.family.task == "i2v" else {}
     return pipe(prompt=prompt, negative_prompt=NEGATIVE, progress=False, **image, **CALL).frames
 
 

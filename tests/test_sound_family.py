@@ -94,7 +94,7 @@ def test_each_stream_gets_its_own_key_the_video_the_seed_itself(pipe, out):
     gives the same video whatever streams a family adds), the audio's from fold_in(PRNGKey(s), 1);
     and the sound depends on the audio noise."""
     key = jax.random.PRNGKey(3)
-    shapes = pipe.latent_shapes(pipe.info, pipe.check_call(pipe.info, "a toy drum", seed=3))
+    shapes = pipe.family.latent_shapes(pipe.info, pipe.check_call(pipe.info, "a toy drum", seed=3))
     assert shapes == {"latents": (1, 16, 2, 4, 6), "audio_latents": (1, 4, 10, 8)}
     video = np.asarray(jax.random.normal(key, shapes["latents"]))
     audio = np.asarray(jax.random.normal(jax.random.fold_in(key, 1), shapes["audio_latents"]))

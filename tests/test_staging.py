@@ -72,13 +72,13 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
     te_bytes = sum(a.nbytes for a in jax.tree.leaves(nnx.state(pipe.text_encoder)))
     seen_kinds = []
     encode_prompts(pipe, ["warm up"], 16)  # compile first, so the cache is not counted below
-    encode_text = pipe.encode_text
+    encode_text = pipe.hooks.encode_text
 
     def spy(texts, length, truncation=None):  # where the encoder's parameters are while it runs
         seen_kinds.append(_kinds(pipe.text_encoder))
         return encode_text(texts, length, truncation)
 
-    pipe.encode_text = spy
+    pipe.hooks.encode_text = spy
     before = _device_buffers()
     embeds = encode_prompts(pipe, [PROMPT, NEGATIVE], 16)
     embeds.block_until_ready()
@@ -168,14 +168,14 @@ def test_transformer_off_the_device_while_encoding_and_decoding(ckpt, frames, mo
             ]
         )
 
-    encode_text = pipe.encode_text
+    encode_text = pipe.hooks.encode_text
 
     def encode_spy(texts, length, truncation=None):
         look()
         return encode_text(texts, length, truncation)
 
     _spy_on_decode(monkeypatch, pipe.vae, look)
-    pipe.encode_text = encode_spy
+    pipe.hooks.encode_text = encode_spy
     to_host, device_put = [], jax.device_put
 
     def counting_put(x, device=None, *args, **kwargs):

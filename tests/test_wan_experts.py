@@ -71,7 +71,7 @@ def test_switch_step_matches_diffusers(pipe, steps, flow_shift, boundary):
     state = scheduler.set_timesteps(steps, sample_shape=(1,))
     assert expert_for_steps(np.asarray(state.timesteps), boundary, 1000) == ref
 
-    pipe.scheduler, pipe.boundary_ratio = scheduler, boundary
+    pipe.scheduler, pipe.hooks.boundary_ratio = scheduler, boundary
     seen = []
     pipe(
         "a cat",
@@ -176,7 +176,9 @@ def test_a_call_resumed_from_a_saved_state_ends_as_the_uninterrupted_call(pipe):
     call = pipe.check_call(
         pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False, **SMALL
     )
-    plan = pipe.expert_plan(pipe.set_timesteps(call, np.zeros(pipe.latent_shape(pipe.info, call), np.float32)))
+    plan = pipe.hooks.expert_plan(
+        pipe.hooks.set_timesteps(call, np.zeros(pipe.family.latent_shape(pipe.info, call), np.float32))
+    )
     assert 0 < plan.index(1) < 5, plan  # the switch falls inside the run: both resume points below cross it or not
     saved = {}
 

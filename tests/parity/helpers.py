@@ -439,14 +439,14 @@ def model_batches(pipe, ref_transformer=None):
     import jax
 
     ours, theirs = [], []
-    model_args = pipe.model_args
+    model_args = pipe.hooks.model_args
 
     def recorded(*args, **kwargs):
         out = model_args(*args, **kwargs)
         ours.append(jax.tree.leaves(out[0])[0].shape[0])
         return out
 
-    pipe.model_args = recorded
+    pipe.hooks.model_args = recorded
     forward = None if ref_transformer is None else ref_transformer.forward
     if forward is not None:
 
@@ -459,7 +459,7 @@ def model_batches(pipe, ref_transformer=None):
     try:
         yield ours, theirs
     finally:
-        del pipe.model_args
+        del pipe.hooks.model_args
         if forward is not None:
             del ref_transformer.forward
 
@@ -489,7 +489,7 @@ def vidax_timesteps_error(cls, checkpoint: str, *args, **call) -> str:
     from vidax.errors import InputError
     from vidax.pipelines.call_checks import refused_keyword
 
-    info = cls.read_checkpoint(Checkpoint.open(checkpoint))
+    info = cls.family.read_checkpoint(Checkpoint.open(checkpoint))
     with pytest.raises(InputError) as e:
         cls.check_call(info, *args, timesteps=CUSTOM_TIMESTEPS, **call)
     message = str(e.value)

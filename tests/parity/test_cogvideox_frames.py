@@ -30,7 +30,7 @@ def test_frame_counts_behave_as_reference(tmp_path, variant, caplog):
     pipe = vidax.load_pipeline(str(tmp_path))
     call = dict(CALL, height=16, width=16, num_inference_steps=1, guidance_scale=1.0)
     for n in FRAME_COUNTS:
-        t, pad = pipe.latent_frames(n)
+        t, pad = pipe.hooks.latent_frames(n)
         unpadded = (n - 1) // 4 + 1
         assert pad == (unpadded % 2 if variant == "1.5" else 0) and t == unpadded + pad
         latents = torch.randn(1, t, 4, 2, 2, generator=torch.Generator().manual_seed(n)).numpy()

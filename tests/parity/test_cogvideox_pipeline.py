@@ -183,7 +183,7 @@ def test_latent_output_and_padding(checkpoints, pipelines):
     pipe = pipelines("1.5")
     pipe.scheduler = CogVideoXDDIMScheduler(pipe.scheduler.config)
     ref.scheduler = diffusers.CogVideoXDDIMScheduler.from_config(ref.scheduler.config)
-    assert pipe.latent_frames(9) == (4, 1)
+    assert pipe.hooks.latent_frames(9) == (4, 1)
     with torch.no_grad():
         want = ref(
             prompt=PROMPTS, negative_prompt=NEGATIVES, latents=torch.from_numpy(latents), output_type="latent", **CALL

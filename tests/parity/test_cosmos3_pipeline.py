@@ -143,7 +143,7 @@ def cosmos3(tmp_path_factory):
 def _seed_noise(pipe, **kw) -> list[torch.Tensor]:
     """vidax's drawn noise of a call (video, then sound), as torch tensors of the reference's shapes."""
     call = pipe.check_call(pipe.info, PROMPT, seed=SEED, **CALL, **kw)
-    noise = pipe.initial_noise(call)
+    noise = pipe.hooks.initial_noise(call)
     noise = noise if isinstance(noise, dict) else {"latents": noise}
     out = [torch.from_numpy(np.asarray(noise["latents"]))]
     if "sound_latents" in noise:
@@ -199,7 +199,7 @@ def test_prompt_token_ids_match_diffusers(cosmos3, kw):
     for prompt, negative in ((PROMPT, NEGATIVE), ("ends with dots...", None), ("short", "")):
         want = ref.tokenize_prompt(prompt, negative, **kw)
         call = pipe.check_call(pipe.info, prompt, negative, guidance_scale=2.0, **kw)
-        embeds = pipe.encode_call(call)
+        embeds = pipe.hooks.encode_call(call)
         ids, lengths = np.asarray(embeds["ids"]), np.asarray(embeds["lengths"])
         got = [list(ids[i, : lengths[i]]) for i in range(2)]
         assert got == [list(want[0]), list(want[1])]
@@ -279,7 +279,7 @@ def test_condition_video_keep_last_matches_diffusers(cosmos3):
     _, ref, pipe, _ = cosmos3
     video = np.random.default_rng(6).integers(0, 256, (8, 40, 56, 3), dtype=np.uint8)
     call = pipe.check_call(pipe.info, PROMPT, video=video, condition_video_keep="last", **CALL)
-    pixels, idx = pipe.condition_frames(call)
+    pixels, idx = pipe.hooks.condition_frames(call)
     want = ref.video_processor.preprocess_video([PIL.Image.fromarray(f) for f in video], height=H, width=W)
     np.testing.assert_allclose(pixels[0], want[0, :, -5:].permute(1, 2, 3, 0).numpy(), atol=1e-6)
     assert idx == (0, 1)
@@ -404,7 +404,7 @@ def test_long_prompt_is_cut_to_max_sequence_length(cosmos3, caplog):
     n = len(pipe.text_tokenizer._tok.encode(long, add_special_tokens=False).ids)
     assert n > 1024
     with caplog.at_level(logging.WARNING, logger="vidax.tokenizer"):
-        ids = pipe.encode_call(pipe.check_call(pipe.info, long, NEGATIVE, **CALL))
+        ids = pipe.hooks.encode_call(pipe.check_call(pipe.info, long, NEGATIVE, **CALL))
     assert [r.getMessage() for r in caplog.records] == [
         f"prompt has {n} tokens; truncated to 1024 tokens, this checkpoint's default (max_sequence_length= sets "
         "another length) by vidax (Cosmos 3's reference takes any length; the metadata sentences and chat template "
@@ -412,15 +412,17 @@ def test_long_prompt_is_cut_to_max_sequence_length(cosmos3, caplog):
     ]
     caplog.clear()
     call = pipe.check_call(pipe.info, long, NEGATIVE, **CALL, max_sequence_length=7)
-    embeds = pipe.encode_call(call)
+    embeds = pipe.hooks.encode_call(call)
     assert "prompt has" in caplog.text and "max_sequence_length=7" in caplog.text
     # the text of the first 7 tokens ("over" is two of them)
     want = ref.tokenize_prompt("a red car driving over a", NEGATIVE, num_frames=F, height=H, width=W, fps=24.0)
     got = np.asarray(embeds["ids"])[0, : int(embeds["lengths"][0])]
     assert list(got) == list(want[0])
     assert int(ids["lengths"][0]) - int(embeds["lengths"][0]) == 1024 - 7
-    short = Cosmos3OmniPipeline.model_size(pipe.info, pipe.check_call(pipe.info, PROMPT, NEGATIVE, **CALL)).tokens
-    cut = Cosmos3OmniPipeline.model_size(pipe.info, pipe.check_call(pipe.info, long, NEGATIVE, **CALL)).tokens
+    short = Cosmos3OmniPipeline.family.model_size(
+        pipe.info, pipe.check_call(pipe.info, PROMPT, NEGATIVE, **CALL)
+    ).tokens
+    cut = Cosmos3OmniPipeline.family.model_size(pipe.info, pipe.check_call(pipe.info, long, NEGATIVE, **CALL)).tokens
     assert cut - short == 1024 - len(PROMPT)  # the long prompt's 1024 tokens, the short one's at most 1 a byte
 
 
@@ -434,8 +436,8 @@ def test_enable_sound_without_sound_tokenizer(cosmos3, tmp_path):
         index = json.load(f)
     index["sound_tokenizer"] = [None, None]
     (tmp_path / "model_index.json").write_text(json.dumps(index))
-    info = Cosmos3OmniPipeline.read_checkpoint(vidax.checkpoint.Checkpoint.open(str(tmp_path)))
-    assert not Cosmos3OmniPipeline.makes_audio(info)
+    info = Cosmos3OmniPipeline.family.read_checkpoint(vidax.checkpoint.Checkpoint.open(str(tmp_path)))
+    assert not Cosmos3OmniPipeline.family.makes_audio(info)
     with pytest.raises(InputError, match="enable_sound=True: .* has no sound tokenizer"):
         Cosmos3OmniPipeline.check_call(info, PROMPT, enable_sound=True, **CALL)
 
@@ -495,11 +497,13 @@ def test_wav_output_needs_enable_sound(cosmos3, tmp_path):
     assert not (tmp_path / "x.wav").exists()
     info = pipe.info
     assert (
-        Cosmos3OmniPipeline.silent_call(info, Cosmos3OmniPipeline.check_call(info, PROMPT, enable_sound=True, **CALL))
+        Cosmos3OmniPipeline.family.silent_call(
+            info, Cosmos3OmniPipeline.check_call(info, PROMPT, enable_sound=True, **CALL)
+        )
         is None
     )
     assert "enable_sound=True" in str(
-        Cosmos3OmniPipeline.silent_call(info, Cosmos3OmniPipeline.check_call(info, PROMPT, **CALL))[1]
+        Cosmos3OmniPipeline.family.silent_call(info, Cosmos3OmniPipeline.check_call(info, PROMPT, **CALL))[1]
     )
 
 
@@ -540,7 +544,7 @@ def test_mesh_equals_single_device(cosmos3, with_sound):
 
     path, _, pipe, latents = cosmos3
     sound, single = with_sound
-    embeds = pipe.encode_call(pipe.check_call(pipe.info, PROMPT, **CALL))
+    embeds = pipe.hooks.encode_call(pipe.check_call(pipe.info, PROMPT, **CALL))
     assert len(set(np.asarray(embeds["lengths"]).tolist())) == 2  # the CFG rows' prompts differ in length
     sharded = vidax.load_pipeline(path, mesh=(2, 2, 2))
     check_sharded(sharded.transformer, TRANSFORMER_PARAM_AXES, sharded.mesh, "transformer")

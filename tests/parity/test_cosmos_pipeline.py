@@ -222,7 +222,7 @@ def test_truncated_default_negative_prompt_is_named_so(cosmos, caplog):
     assert "negative_prompt" not in call.given
     assert "negative_prompt" in CosmosPredictPipeline.check_call(pipe.info, PROMPT, "", **CALL).given
     with caplog.at_level("WARNING", logger="vidax.tokenizer"):
-        pipe.encode_call(call)
+        pipe.hooks.encode_call(call)
     messages = [r.getMessage() for r in caplog.records]  # the chat template's system prompt counts too
     assert len(messages) == 2 and messages[0].startswith("prompt has "), messages
     assert messages[1].startswith("the pipeline's default negative prompt text has "), messages
@@ -257,12 +257,12 @@ def test_per_frame_timesteps_and_condition_mask(cosmos):
             latents=latents.numpy(),
             **CALL,
         )
-        cond = pipe.condition(call, RunStats())
-        x = pipe.prepare_latents(call, jnp.asarray(latents.numpy()), cond)
-        state = pipe.set_timesteps(call, x)
+        cond = pipe.hooks.condition(call, RunStats())
+        x = pipe.hooks.prepare_latents(call, jnp.asarray(latents.numpy()), cond)
+        state = pipe.hooks.set_timesteps(call, x)
         for i in range(CALL["num_inference_steps"]):
             state = dataclasses.replace(state, step_index=jnp.int32(i))
-            x_in, timestep, _, fps, cmask, pad = pipe.model_args(x, state, StepInputs(None, cond=cond), True)
+            x_in, timestep, _, fps, cmask, pad = pipe.hooks.model_args(x, state, StepInputs(None, cond=cond), True)
             sigma = float(ref.scheduler.sigmas[i])
             want = [cft if (f < n and cft >= 0) else sigma for f in range(3)]
             np.testing.assert_allclose(np.asarray(timestep), [want, want], rtol=1e-6)
@@ -285,7 +285,7 @@ def test_image_and_video_preprocessing_match_diffusers(cosmos):
         video = torch.cat([frame, torch.zeros_like(frame).repeat(F - 1, 1, 1, 1)])[None]
         want = ref.video_processor.preprocess_video(video, H, W)  # (1, 3, F, H, W)
     call = pipe.check_call(pipe.info, PROMPT, image=image, **CALL)
-    pixels, n = pipe.condition_pixels(call)
+    pixels, n = pipe.hooks.condition_pixels(call)
     assert n == 1 and pixels.shape == (1, 1, H, W, 3)
     np.testing.assert_allclose(pixels[0], channels_last(want)[0, :1], atol=1e-6)
     assert np.all(channels_last(want)[0, 1:] == -1.0)  # the padding frames are black

@@ -100,7 +100,7 @@ def t2v(tmp_path_factory):
     ref.prompt_template_encode_start_idx = crop
     ref.tokenizer_max_length = TEXT_LEN
     pipe = vidax.load_pipeline(str(path))
-    pipe.crop_start = crop  # the tiny template's prefix, as the reference's attribute above
+    pipe.hooks.crop_start = crop  # the tiny template's prefix, as the reference's attribute above
     return str(path), ref, pipe
 
 
@@ -186,7 +186,7 @@ def test_guider_settings_match_diffusers(t2v, tmp_path):
     config_file = folder / "guider" / "guider_config.json"
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), **settings}))
     other = vidax.load_pipeline(str(folder))
-    other.crop_start = pipe.crop_start
+    other.hooks.crop_start = pipe.hooks.crop_start
     assert other.info.defaults.guidance_scale == 3.0
     lat = _latents(32, 48, 6)
     kw = dict(prompt=PLAIN_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, **CALL)
@@ -214,7 +214,7 @@ def test_defaults_come_from_the_checkpoint(t2v):
 
 
 def test_bad_input_names_the_argument(t2v):
-    info = HunyuanVideo15Pipeline.read_checkpoint(t2v[2].checkpoint)
+    info = HunyuanVideo15Pipeline.family.read_checkpoint(t2v[2].checkpoint)
     with pytest.raises(InputError, match="height"):
         HunyuanVideo15Pipeline.check_call(info, "a", height=40, width=48)
     with pytest.raises(InputError, match="guidance_scale"):
@@ -266,7 +266,7 @@ def _streamed_and_mesh_equal_single_device(path, pipe, kw):
     want = pipe(**kw).frames
     for options in (dict(offload=1), dict(mesh=make_mesh(2, 1, 2, devices=jax.devices()[:4]))):
         other = vidax.load_pipeline(path, **options)
-        other.crop_start = pipe.crop_start
+        other.hooks.crop_start = pipe.hooks.crop_start
         got = other(**kw).frames
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()), err_msg=str(options))
 
@@ -382,7 +382,7 @@ def i2v(t2v, tmp_path_factory):
         diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0),
     )
     pipe = vidax.load_pipeline(str(path))
-    pipe.crop_start = t2v[2].crop_start
+    pipe.hooks.crop_start = t2v[2].hooks.crop_start
     return str(path), ref, pipe
 
 
@@ -456,7 +456,7 @@ def test_i2v_bf16_matches_diffusers_bf16(i2v, i2v_fp32):
     image, lat, want32, got32 = i2v_fp32
     want16 = _i2v_reference_frames(bf16_reference(ref), image, lat)
     pipe = vidax.load_pipeline(path, dtype="bfloat16")
-    pipe.crop_start = i2v[2].crop_start
+    pipe.hooks.crop_start = i2v[2].hooks.crop_start
     import jax.numpy as jnp
 
     assert pipe.transformer.proj_out.kernel[...].dtype == jnp.bfloat16
@@ -483,7 +483,7 @@ def test_i2v_step_distilled_matches_diffusers(t2v, tmp_path):
         use_meanflow=True,
     )
     pipe = vidax.load_pipeline(str(tmp_path))
-    pipe.crop_start = t2v[2].crop_start
+    pipe.hooks.crop_start = t2v[2].hooks.crop_start
     assert not pipe.check_call(pipe.info, "a", image=_image(1)).do_cfg
     image, lat = _image(3), _latents(*I2V_SIZE, seed=4)
     kw = dict(prompt=GLYPH_PROMPT, **CALL)
@@ -504,7 +504,7 @@ def test_i2v_bad_input_names_the_argument(t2v, i2v, tmp_path):
 
     ckpt = Checkpoint.open(i2v[0])
     assert pipeline_class(ckpt, task="i2v") is I2V and pipeline_class(ckpt) is I2V
-    info = I2V.read_checkpoint(ckpt)
+    info = I2V.family.read_checkpoint(ckpt)
     call = I2V.check_call(info, "a", image=_image(0))
     assert (call.height, call.width) == I2V_SIZE and "height" not in call.given
     with pytest.raises(InputError, match="image is required"):
@@ -519,7 +519,7 @@ def test_i2v_bad_input_names_the_argument(t2v, i2v, tmp_path):
         pipeline_class(Checkpoint.open(t2v[0]), task="i2v")
     with pytest.raises(InputError, match="image"):
         HunyuanVideo15Pipeline.check_call(
-            HunyuanVideo15Pipeline.read_checkpoint(Checkpoint.open(t2v[0])), "a", image=_image(0)
+            HunyuanVideo15Pipeline.family.read_checkpoint(Checkpoint.open(t2v[0])), "a", image=_image(0)
         )
     # An I2V checkpoint whose SigLIP tower does not fit the transformer, or without its processor
     # settings: refused from the configs (the weights are left out of the copy).
@@ -533,10 +533,10 @@ def test_i2v_bad_input_names_the_argument(t2v, i2v, tmp_path):
     config_file = folder / "image_encoder" / "config.json"
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "hidden_size": 16}))
     with pytest.raises(ConfigError, match="12-wide image tokens .* hidden_size=16"):
-        I2V.read_checkpoint(Checkpoint.open(str(folder)))
+        I2V.family.read_checkpoint(Checkpoint.open(str(folder)))
     shutil.rmtree(folder / "feature_extractor")
     with pytest.raises(CheckpointError, match="feature_extractor"):
-        I2V.read_checkpoint(Checkpoint.open(str(folder)))
+        I2V.family.read_checkpoint(Checkpoint.open(str(folder)))
     from PIL import Image
 
     Image.fromarray(_image(0)).save(tmp_path / "first.png")
@@ -618,7 +618,7 @@ def test_guidance_one_runs_no_unconditional_pass(t2v):
     same video as diffusers'."""
     path, ref, pipe0 = t2v
     pipe = vidax.load_pipeline(path)
-    pipe.crop_start = pipe0.crop_start
+    pipe.hooks.crop_start = pipe0.hooks.crop_start
     lat = _latents(32, 48, 3)
     kw = dict(prompt=PLAIN_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, **CALL)
     guider = ref.guider

@@ -21,7 +21,7 @@ import vidax
 from tests.parity.helpers import bf16_reference, model_batches, psnr
 from tests.parity.hunyuan_reference import build_reference_hunyuan_pipeline, smooth_image
 from vidax.errors import InputError
-from vidax.models.hunyuan_video.pipeline import HunyuanVideoPipeline
+from vidax.models.hunyuan_video.pipeline import HunyuanVideoHooks, HunyuanVideoPipeline
 
 PROMPT = "a cat walks on the grass"
 LONG = "a dog runs over the city at night with blue sky and red sea"  # more tokens than PROMPT
@@ -132,13 +132,13 @@ def test_truncation_warnings_name_the_limit_that_applies(t2v, caplog):
     and the Llama limit is max_sequence_length itself, the template's crop_start tokens not
     counted (the tokenizer runs with max_sequence_length + crop_start)."""
     _, _, pipe = t2v
-    crop = pipe.prompt_template["crop_start"]
+    crop = pipe.hooks.prompt_template["crop_start"]
     words = " ".join(["cat"] * 120)  # over CLIP's 77 tokens
     size = dict(height=32, width=48, num_frames=9, num_inference_steps=2)
     for msl in (400, 8):
         caplog.clear()
         with caplog.at_level("WARNING", logger="vidax.tokenizer"):
-            pipe.encode_call(pipe.check_call(pipe.info, words, max_sequence_length=msl, **size))
+            pipe.hooks.encode_call(pipe.check_call(pipe.info, words, max_sequence_length=msl, **size))
         messages = [r.getMessage() for r in caplog.records]
         clip = [m for m in messages if "CLIP" in m]
         assert (
@@ -151,7 +151,7 @@ def test_truncation_warnings_name_the_limit_that_applies(t2v, caplog):
         if msl == 400:
             assert not llama, messages
         else:
-            full = len(pipe.tokenizer._tok.encode(pipe.prompt_template["template"].format(words)).ids)
+            full = len(pipe.tokenizer._tok.encode(pipe.hooks.prompt_template["template"].format(words)).ids)
             assert llama == [
                 f"prompt has {full - crop} tokens; truncated to max_sequence_length=8 as the reference "
                 "pipeline does (the end of the text is dropped)"
@@ -289,8 +289,8 @@ def _bf16_runs(path, ref, lat, h, w, **kw):
     return pipe, got, want16, want32
 
 
-class RoundsLikeDiffusersBF16(HunyuanVideoPipeline):
-    """vidax's T2V pipeline with the two roundings diffusers' bf16 T2V run makes and vidax does
+class RoundsLikeDiffusersBF16Hooks(HunyuanVideoHooks):
+    """vidax's T2V hooks with the two roundings diffusers' bf16 T2V run makes and vidax does
     not: the Euler update rounded to bf16 as ``FlowMatchEulerDiscreteScheduler.step`` does with a
     bf16 prediction (``dt`` and ``dt * v`` in bf16, the sum rounded to bf16), and the timestep
     rounded to bf16 from the second step on (the pipeline's ``t.to(latents.dtype)`` once the
@@ -306,6 +306,12 @@ class RoundsLikeDiffusersBF16(HunyuanVideoPipeline):
         dt = (state.sigmas[i + 1] - state.sigmas[i]).astype(jnp.bfloat16)
         new = latents + (dt * pred.astype(jnp.bfloat16)).astype(latents.dtype)
         return new.astype(jnp.bfloat16).astype(latents.dtype), dataclasses.replace(state, step_index=i + 1)
+
+
+class RoundsLikeDiffusersBF16(HunyuanVideoPipeline):
+    """vidax's T2V pipeline run by :class:`RoundsLikeDiffusersBF16Hooks`."""
+
+    family = RoundsLikeDiffusersBF16Hooks
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,7 @@ def test_i2v_matches_diffusers(checkpoint, pipes, monkeypatch):  # noqa: F811
     _, audio_latents = _noise()
     image, other = _image(1, 27, 61), _image(2, 27, 61)
     kw = dict(audio_latents=audio_latents, seed=5, **CALL, **OFF)
-    noise = np.asarray(vx.initial_noise(vx.check_call(vx.info, PROMPT, image=image, **kw))["latents"])
+    noise = np.asarray(vx.hooks.initial_noise(vx.check_call(vx.info, PROMPT, image=image, **kw))["latents"])
 
     def randn(shape, generator=None, device=None, dtype=None, layout=None):
         return torch.from_numpy(noise.copy()) if tuple(shape) == noise.shape else torch.zeros(shape, dtype=dtype)
@@ -178,7 +178,7 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):  # noqa: F811
     from vidax.models.ltx2.pipeline_condition import LTX2ConditionPipeline, LTX2VideoCondition
     from vidax.models.ltx2.pipeline_i2v import LTX2ImageToVideoPipeline
 
-    info = LTX2ImageToVideoPipeline.read_checkpoint(Checkpoint.open(checkpoint[1]))  # configs only, no weights
+    info = LTX2ImageToVideoPipeline.family.read_checkpoint(Checkpoint.open(checkpoint[1]))  # configs only, no weights
     _, audio_latents = _noise()
     image = _image(1, 20, 20)
     i2v = [
@@ -347,7 +347,7 @@ def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch): 
     image = _image(1, 27, 61)
     _, audio_latents = _noise()
     one = dict(image=image, audio_latents=audio_latents, seed=5, **CALL, **OFF)
-    noise1 = np.asarray(vx.initial_noise(vx.check_call(vx.info, PROMPT, **one))["latents"])
+    noise1 = np.asarray(vx.hooks.initial_noise(vx.check_call(vx.info, PROMPT, **one))["latents"])
     two = dict(
         height=64,
         width=64,

@@ -353,7 +353,7 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
     from vidax.checkpoint import Checkpoint
     from vidax.models.ltx2.pipeline import LTX2Pipeline
 
-    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(checkpoint[1]))  # configs only, no weights
+    info = LTX2Pipeline.family.read_checkpoint(Checkpoint.open(checkpoint[1]))  # configs only, no weights
     latents, audio_latents = _noise()
     cases = [
         (dict(audio_guidance_scale=-1.0), "audio_guidance_scale"),
@@ -392,7 +392,9 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
     # The memory estimate counts the sound's tokens: one per audio latent frame, num_frames /
     # frame_rate seconds of it (0.01 fps once made 900 s of sound unnoticed before loading).
     sizes = {
-        rate: LTX2Pipeline.model_size(info, LTX2Pipeline.check_call(info, PROMPT, **{**CALL, "frame_rate": rate}))
+        rate: LTX2Pipeline.family.model_size(
+            info, LTX2Pipeline.check_call(info, PROMPT, **{**CALL, "frame_rate": rate})
+        )
         for rate in (1.0, 24.0)
     }
     n = CALL["num_frames"]
@@ -429,7 +431,7 @@ def test_stg_blocks_on_ltx20_are_unused_with_a_warning(checkpoint, caplog):
     from vidax.checkpoint import Checkpoint
     from vidax.models.ltx2.pipeline import LTX2Pipeline
 
-    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(checkpoint[1]))
+    info = LTX2Pipeline.family.read_checkpoint(Checkpoint.open(checkpoint[1]))
     assert not info.transformer_config.perturbed_attn
     with caplog.at_level(logging.WARNING, logger="vidax.pipeline"):
         LTX2Pipeline.check_call(info, PROMPT, **CALL)
@@ -565,9 +567,12 @@ def test_released_configs_read_and_default_call(name):
     from vidax.checkpoint import Checkpoint
     from vidax.models.ltx2.pipeline import LTX2Pipeline
 
-    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(os.path.join(REFERENCE_CONFIGS, name)))
+    info = LTX2Pipeline.family.read_checkpoint(Checkpoint.open(os.path.join(REFERENCE_CONFIGS, name)))
     call = LTX2Pipeline.check_call(info, "a cat", guidance_scale=1.0)
-    assert LTX2Pipeline.latent_shapes(info, call) == {"latents": (1, 6144, 128), "audio_latents": (1, 8, 126, 16)}
+    assert LTX2Pipeline.family.latent_shapes(info, call) == {
+        "latents": (1, 6144, 128),
+        "audio_latents": (1, 8, 126, 16),
+    }
     assert call.do_cfg and LTX2Pipeline.capabilities_of(info).audio
     assert not LTX2Pipeline.check_call(info, "a cat", guidance_scale=1.0, audio_guidance_scale=1.0).do_cfg
 
@@ -670,12 +675,12 @@ def test_schedule_matches_diffusers(name, sigmas):
 
     assert list(DISTILLED_SIGMA_VALUES) == ltx2_utils.DISTILLED_SIGMA_VALUES
     folder = os.path.join(REFERENCE_CONFIGS, name)
-    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(folder))
+    info = LTX2Pipeline.family.read_checkpoint(Checkpoint.open(folder))
     given = None if sigmas is None else list(DISTILLED_SIGMA_VALUES)
     call = LTX2Pipeline.check_call(
         info, "a cat", num_inference_steps=30 if given is None else len(given), sigmas=given, guidance_scale=1.0
     )
-    state = LTX2Pipeline.schedule(info, read_scheduler(LTX2Pipeline, info), call)
+    state = LTX2Pipeline.family.schedule(info, read_scheduler(LTX2Pipeline.family, info), call)
     ref = diffusers.FlowMatchEulerDiscreteScheduler.from_pretrained(os.path.join(folder, "scheduler"))
     c = ref.config
     mu = calculate_shift(

@@ -152,7 +152,7 @@ def test_denoise_strength_with_latents_matches_diffusers(folders, pipe, monkeypa
     vidax's); flat image= at frame 0."""
     _, _, ref, _ = folders
     clean = np.random.default_rng(5).standard_normal(LATENT).astype(np.float32)
-    noise = torch.from_numpy(np.asarray(LTXConditionPipeline.renoise_noise(4, LATENT)))
+    noise = torch.from_numpy(np.asarray(LTXConditionPipeline.family.renoise_noise(4, LATENT)))
     _patched(monkeypatch, noise)
     image = random_image(8, (32, 64))
     call = dict(denoise_strength=0.34, num_inference_steps=6)
@@ -172,7 +172,7 @@ def test_hard_condition_noise_matches_diffusers(monkeypatch):
     want = ref_condition.LTXConditionPipeline.add_noise_to_image_conditioning_latents(
         t, torch.from_numpy(init), torch.from_numpy(latents), 0.15, torch.from_numpy(mask), None
     ).numpy()
-    got = LTXConditionPipeline.noise_hard_conditions(
+    got = LTXConditionPipeline.family.noise_hard_conditions(
         jnp.asarray(latents),
         jnp.asarray(init),
         jnp.asarray(mask),

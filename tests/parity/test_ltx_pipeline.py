@@ -193,7 +193,7 @@ def test_i2v_image_latent_is_the_first_frame(ltx):
     call = pipe.check_call(pipe.info, "x", image=image, seed=3, **SIZE)
     from vidax.stats import RunStats
 
-    cond = pipe.condition(call, RunStats())
+    cond = pipe.hooks.condition(call, RunStats())
     pixels = ref.video_processor.preprocess(image, height=32, width=64).unsqueeze(2)
     with torch.no_grad():
         dist = ref.vae.encode(pixels).latent_dist

@@ -93,7 +93,7 @@ def _both(reference, monkeypatch, frames, chunk_frames, output_type="np", **kw):
         want = pipe(PROMPT, NEGATIVE, output_type=output_type, **call).frames
     assert not queue
     ours_later = iter(np.transpose(n.numpy(), (0, 2, 3, 4, 1)) for n in later)
-    monkeypatch.setattr(type(ours), "chunk_noise", lambda self, call, k, shape: next(ours_later))
+    monkeypatch.setattr(type(ours).family, "chunk_noise", lambda self, call, k, shape: next(ours_later))
     got = ours(PROMPT, NEGATIVE, latents=first.numpy(), progress=False, output_type=output_type, **call).frames
     return np.asarray(got), np.asarray(want)
 
@@ -141,7 +141,7 @@ def test_addnoise_condition_renoises_only_the_repeated_frames(reference, monkeyp
     _, ours = reference
     call = dict(CALL, num_frames=21, base_num_frames=13, overlap_history=5, output_type="latent", progress=False)
     noise = iter([np.zeros((1, 4, 4, 6, 12), np.float32)] * 2)
-    monkeypatch.setattr(type(ours), "chunk_noise", lambda self, call, k, shape: next(noise))
+    monkeypatch.setattr(type(ours).family, "chunk_noise", lambda self, call, k, shape: next(noise))
     first = _noise(4, 7).numpy()
     plain = ours(PROMPT, NEGATIVE, latents=first, **call).frames
     renoised = ours(PROMPT, NEGATIVE, latents=first, addnoise_condition=20.0, **call).frames
@@ -302,7 +302,7 @@ def test_diffusion_forcing_video_to_video(reference, tmp_path, monkeypatch):
             want[name] = pipe(video=[PIL.Image.fromarray(f) for f in frames], prompt=PROMPT, negative_prompt=NEGATIVE,
                               output_type="np", **call).frames  # fmt: skip
     later = iter([np.transpose(noise[1].numpy(), (0, 2, 3, 4, 1))])
-    monkeypatch.setattr(type(ours), "chunk_noise", lambda self, call, k, shape: next(later))
+    monkeypatch.setattr(type(ours).family, "chunk_noise", lambda self, call, k, shape: next(later))
     got = ours(video, PROMPT, NEGATIVE, latents=noise[0].numpy(), progress=False, **call).frames
     value = psnr(got, want["video"])
     print(f"DF video-to-video: PSNR {value:.1f} dB; another video: {psnr(want['other'], want['video']):.1f} dB")

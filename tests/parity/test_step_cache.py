@@ -255,10 +255,11 @@ def test_cache_refusals_say_the_reason_and_the_loaded_pipeline_class():
     from vidax.models.cosmos.pipeline import CosmosPredictPipeline
     from vidax.models.cosmos3.pipeline import Cosmos3OmniPipeline
     from vidax.models.ltx2.pipeline import LTX2Pipeline
+    from vidax.pipelines.caching import check_cache_kind
 
     with pytest.raises(InputError) as e:
-        Cosmos3OmniPipeline.check_cache_kind(
-            vidax.MagCacheConfig(calibrate=True), "--cache mag", "Cosmos3OmniDiffusersPipeline"
+        check_cache_kind(
+            Cosmos3OmniPipeline, vidax.MagCacheConfig(calibrate=True), "--cache mag", "Cosmos3OmniDiffusersPipeline"
         )
     assert str(e.value) == (
         "--cache mag: diffusers 0.42.1's block metadata for Cosmos3OmniDiffusersPipeline's "
@@ -272,14 +273,14 @@ def test_cache_refusals_say_the_reason_and_the_loaded_pipeline_class():
         "LTX2ConditionPipeline's transformer blocks that its FirstBlockCacheConfig "
         "hooks can use",
     ):
-        LTX2Pipeline.check_cache_kind(
-            vidax.FirstBlockCacheConfig(threshold=0.1), "--cache first_block:0.1", "LTX2ConditionPipeline"
+        check_cache_kind(
+            LTX2Pipeline, vidax.FirstBlockCacheConfig(threshold=0.1), "--cache first_block:0.1", "LTX2ConditionPipeline"
         )
     with pytest.raises(
         InputError, match="^--cache taylorseer: diffusers 0.42.1's Cosmos2_5_PredictBasePipeline cannot run cache hooks"
     ):
-        CosmosPredictPipeline.check_cache_kind(
-            vidax.TaylorSeerCacheConfig(), "--cache taylorseer", "Cosmos2_5_PredictBasePipeline"
+        check_cache_kind(
+            CosmosPredictPipeline, vidax.TaylorSeerCacheConfig(), "--cache taylorseer", "Cosmos2_5_PredictBasePipeline"
         )
 
 

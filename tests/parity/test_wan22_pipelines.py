@@ -69,9 +69,9 @@ def test_a14b_t2v_fp32_matches_diffusers(t2v):
     assert psnr(frames[0], frames[1]) < 30.0  # the two videos differ: the frames depend on the inputs
     assert np.mean((frames <= 0.0) | (frames >= 1.0)) < 0.05  # and are not clipped
     # The second expert matters: transformer alone for every step gives a far-off video.
-    pipe.boundary_ratio = None
+    pipe.hooks.boundary_ratio = None
     one = pipe(latents=latents, progress=False, **LANDSCAPE, **{**CALL, "guidance_scale_2": None})
-    pipe.boundary_ratio = 0.875
+    pipe.hooks.boundary_ratio = 0.875
     assert psnr(one.frames, frames) < 40.0  # measured 26 dB
     # guidance_scale_2 is used: with guidance_scale in the low-noise steps instead, the video is
     # 73 dB from the reference (this tiny model's cond and uncond are close at low noise), far

@@ -53,7 +53,7 @@ def reference(tmp_path_factory):
 def test_t2v_fp32_matches_diffusers(reference):
     path, ref = reference
     pipe = vidax.load_pipeline(path, dtype="float32")
-    assert type(pipe).__name__ == "WanPipeline" and pipe.expand_timesteps
+    assert type(pipe).__name__ == "WanPipeline" and pipe.info.expand_timesteps
     assert (pipe.vae.config.spatial_compression, pipe.vae.config.temporal_compression) == (16, 4)
     latents, frames = ref["t2v"]
     out = pipe(latents=latents, progress=False, **LANDSCAPE, **CALL)
@@ -76,7 +76,7 @@ def test_t2v_fp32_matches_diffusers(reference):
 def test_i2v_fp32_matches_diffusers(reference, caplog):
     path, ref = reference
     pipe = vidax.load_pipeline(path, dtype="float32", task="i2v")
-    assert type(pipe).__name__ == "WanImageToVideoPipeline" and pipe.expand_timesteps
+    assert type(pipe).__name__ == "WanImageToVideoPipeline" and pipe.info.expand_timesteps
     latents, frames = ref["i2v"]
     out = pipe(random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL)
     value = psnr(out.frames, frames)
@@ -101,7 +101,7 @@ def test_i2v_fp32_matches_diffusers(reference, caplog):
     # The first latent frame is the image's: replaced at every step and after the last one.
     lat = pipe(random_image(0), latents=latents, progress=False, output_type="latent", **LANDSCAPE, **CALL).frames
     call = pipe.check_call(pipe.info, image=random_image(0), **LANDSCAPE, **CALL)
-    cond = pipe.condition(call, RunStats())["first_frame"]
+    cond = pipe.hooks.condition(call, RunStats())["first_frame"]
     np.testing.assert_array_equal(lat[:, :, :1], np.transpose(np.asarray(cond), (0, 4, 1, 2, 3)))
     # Portrait (H > W), final latents: a height/width swap anywhere would change them.
     latents, lat_ref = ref["i2v_portrait"]

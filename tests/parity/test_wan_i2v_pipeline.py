@@ -71,12 +71,12 @@ def test_fp32_pipeline_matches_diffusers(reference):
     # the CLIP features gives a far-off video, and so does another image in the CLIP branch alone.
     other = pipe(random_image(1), latents=latents, progress=False, **LANDSCAPE, **CALL)
     assert psnr(other.frames, frames) < 45.0  # measured 34 dB
-    encode = pipe.encode_image
-    pipe.encode_image = lambda image: encode(random_image(1))
+    encode = pipe.hooks.encode_image
+    pipe.hooks.encode_image = lambda image: encode(random_image(1))
     try:
         clip_only = pipe(random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL)
     finally:
-        del pipe.encode_image
+        del pipe.hooks.encode_image
     assert psnr(clip_only.frames, frames) < value - 20.0
 
     # Portrait (H > W), final latents: a height/width swap anywhere would change them.
@@ -120,7 +120,7 @@ def test_last_image_refused_where_diffusers_fails(reference):
 
     embeds = np.asarray(pipe.encode_image(random_image(0)))
     conds = [
-        pipe.condition(
+        pipe.hooks.condition(
             pipe.check_call(pipe.info, image=random_image(0), image_embeds=e, **LANDSCAPE, **CALL), RunStats()
         )["image"]
         for e in (embeds, embeds[0])

@@ -14,6 +14,7 @@ from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.models.wan.config import WanVAEConfig
 from vidax.pipelines.base import CallDefaults, CheckpointInfo, VideoPipeline, cfg_pair
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import load_component, load_weighted
 from vidax.pipelines.options import CallOption
 
@@ -24,7 +25,10 @@ class ToyInfo(CheckpointInfo):
     vae_config: WanVAEConfig
 
 
-class ToyVideoPipeline(VideoPipeline):
+class ToyHooks(FamilyHooks):
+    """The toy family's hooks: only those the base pipeline asks for."""
+
+    pipeline_name = "ToyVideoPipeline"
     #: The toy's own call keyword: declared here only, it is checked with the shared keywords and
     #: offered by ``vidax generate`` as ``--toy-repeat``.
     call_options = (CallOption("toy_repeat", int, "Show each decoded frame this many times (toy family).", "1", low=1),)
@@ -88,11 +92,16 @@ class ToySoundInfo(ToyInfo):
     vocoder_config: ToyVocoderConfig
 
 
-class ToySoundPipeline(ToyVideoPipeline):
+class ToyVideoPipeline(VideoPipeline):
+    family = ToyHooks
+
+
+class ToySoundHooks(ToyHooks):
     """Video with sound: two latent streams (video, and audio latents (B, C, L, M) as LTX-2's)
     denoised together by one transformer, the sound decoded by an audio VAE to a mel spectrogram
     and by a vocoder to a waveform. Only the hooks of a second stream are its own."""
 
+    pipeline_name = "ToySoundPipeline"
     latent_streams = ("latents", "audio_latents")
     audio_stream = "audio_latents"
     stageable = ("text_encoder", "vae", "audio_vae", "vocoder")
@@ -143,4 +152,8 @@ class ToySoundPipeline(ToyVideoPipeline):
             "latents": pred["latents"].reshape(latents["latents"].shape),
             "audio_latents": jnp.transpose(pred["audio_latents"].reshape(b, length, c, m), (0, 2, 1, 3)),
         }
-        return VideoPipeline.scheduler_update(self, state, pred, latents, inputs)
+        return FamilyHooks.scheduler_update(self, state, pred, latents, inputs)
+
+
+class ToySoundPipeline(VideoPipeline):
+    family = ToySoundHooks

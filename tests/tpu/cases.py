@@ -73,7 +73,7 @@ def load_case(name: str, lane_dir: str, dtype: str = "float32", **load: Any):
         path, call, attrs = os.path.join(lane_dir, entry["path"]), dict(entry["call"]), entry.get("attrs", {})
     pipe = vidax.load_pipeline(path, dtype=dtype, progress=False, **load)
     for key, value in attrs.items():
-        setattr(pipe, key, value)
+        setattr(pipe.hooks, key, value)
     if name == "wan_lora":
         from tests.test_lora import random_lora
 

@@ -8,7 +8,7 @@ Each checkpoint is the one the family's parity test builds (its builder imported
 ``tests.parity``: diffusers ``save_pretrained``, every parameter randomised), text-to-video, and
 ``manifest.json`` says how to run it: ``{name: {"path", "call", "attrs"}}``. ``call`` is the
 parity test's call (prompts, tiny size, guidance, ``max_sequence_length``) at 2 steps and
-``seed=0``; ``attrs`` are vidax pipeline attributes to set after loading.
+``seed=0``; ``attrs`` are attributes of the vidax pipeline's family hooks (``pipe.hooks``) to set after loading.
 """
 
 from __future__ import annotations

@@ -397,7 +397,7 @@ def call_options() -> dict:
     helps: dict[str, list[str]] = {}
     differ: set[str] = set()  # keywords whose pipelines' defaults differ
     for spec in registry().pipelines():
-        for o in spec.load().call_options:
+        for o in spec.load().family.call_options:
             if not o.is_flag:
                 continue
             if o.name not in options:

@@ -209,7 +209,7 @@ def _plan_call(request: GenerateRequest, stop):
         )
     unused = [k for k in given if k not in takes]
     if unused:
-        own = [Arg(o.name) for o in cls.call_options if o.is_flag]
+        own = [Arg(o.name) for o in cls.family.call_options if o.is_flag]
         raise InputError(
             f"{cls.__name__} ({root}) does not use ",
             *joined(Arg(k) for k in unused),
@@ -236,7 +236,7 @@ def _makes_sound(plan, audio: bool, fmt: str, output: str) -> bool:
     """Whether the planned call makes sound (and --audio keeps it); a *.wav --output without it is refused."""
     from vidax.errors import Arg, InputError
 
-    silent = plan.pipeline.silent_call(plan.info, plan.call)  # None: this call makes sound
+    silent = plan.pipeline.family.silent_call(plan.info, plan.call)  # None: this call makes sound
     sound = audio and silent is None
     if fmt == "wav" and not sound:
         why = silent or ("--no-audio leaves the sound out",)
@@ -250,10 +250,11 @@ def _cache_config(plan, cache: str | None):
     """The step cache --cache asks for (else the preset's; None: off), checked against the planned pipeline."""
     if cache is None:
         return None if plan.preset is None else plan.preset.cache_config(plan.pipeline, plan.call.num_inference_steps)
+    from vidax.pipelines.caching import check_cache_kind
     from vidax.pipelines.step_cache import parse_cache_option
 
     config = parse_cache_option(cache, plan.call.num_inference_steps)
-    plan.pipeline.check_cache_kind(config, f"--cache {cache}", plan.checkpoint.pipeline_class_name)
+    check_cache_kind(plan.pipeline, config, f"--cache {cache}", plan.checkpoint.pipeline_class_name)
     return config
 
 
@@ -282,7 +283,7 @@ def _check_vae_tiling(plan, vae_tiling: bool) -> None:
     """Refuse --vae-tiling where the planned pipeline's VAE has no tiled decode."""
     from vidax.errors import Arg, InputError
 
-    size = plan.pipeline.model_size(plan.info, plan.call)
+    size = plan.pipeline.family.model_size(plan.info, plan.call)
     if vae_tiling and not (size is not None and size.decode_tile):
         raise InputError(
             Arg("vae_tiling"),

@@ -79,17 +79,17 @@ def _variant(ckpt: Checkpoint) -> list[str]:
         return [f"  variant: not runnable by vidax generate: {e}"]
     d = info.defaults
     sound = (
-        [f"  sound: yes (latent streams {', '.join(cls.latent_streams)}; --no-audio leaves it out)"]
-        if cls.makes_audio(info)
+        [f"  sound: yes (latent streams {', '.join(cls.family.latent_streams)}; --no-audio leaves it out)"]
+        if cls.family.makes_audio(info)
         else []
     )
     # A pipeline that takes no max_sequence_length= (Cosmos 3: the prompt is as long as it is) has no text length.
-    text = "" if "max_sequence_length" in cls.unsupported_call_args else f"{d.max_sequence_length} text tokens, "
+    text = "" if "max_sequence_length" in cls.family.unsupported_call_args else f"{d.max_sequence_length} text tokens, "
     return [
         f"  variant: {info.variant}",
         f"  tasks: {', '.join(info.tasks)}",
         *sound,
-        f"  defaults: {d.height}x{d.width} (HxW), {cls.default_length(info)}, {d.num_inference_steps} step{'s' * (d.num_inference_steps != 1)}, "
+        f"  defaults: {d.height}x{d.width} (HxW), {cls.family.default_length(info)}, {d.num_inference_steps} step{'s' * (d.num_inference_steps != 1)}, "
         f"guidance {d.guidance_scale}, {text}{d.fps} fps",
         *_presets(plan),
     ]

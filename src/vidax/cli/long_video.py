@@ -55,8 +55,8 @@ def length_call(plan, given: dict, seconds: float | None, fps: int | None) -> di
         rate = fps or info.defaults.fps
         frames = max(1, round(seconds * rate))
         with _quiet(logger):  # the pipeline's rounding, said below in --seconds' words
-            rounded = cls.resolve_num_frames(info, frames)
-        one_pass = getattr(cls, "chunked_length", None) is None
+            rounded = cls.family.resolve_num_frames(info, frames)
+        one_pass = getattr(cls.family, "chunked_length", None) is None
         if one_pass and rounded > info.defaults.num_frames:
             raise InputError(
                 Arg("seconds", seconds),
@@ -76,7 +76,7 @@ def length_call(plan, given: dict, seconds: float | None, fps: int | None) -> di
                 rounded / rate,
             )
         given["num_frames"] = rounded
-    chunked = getattr(cls, "chunked_length", None)  # a pipeline that makes its video chunk by chunk
+    chunked = getattr(cls.family, "chunked_length", None)  # a pipeline that makes its video chunk by chunk
     if chunked is not None:
         given, said = chunked(info, given)
         if said:
@@ -89,7 +89,7 @@ def streams(pipe, call, output) -> bool:
     its video in chunks (its ``CHUNK_CALLBACK`` keyword), one video, an mp4 output, one process."""
     import jax
 
-    keyword = getattr(pipe, "CHUNK_CALLBACK", None)
+    keyword = getattr(pipe.family, "CHUNK_CALLBACK", None)
     return keyword is not None and output.format == "mp4" and call.batch == 1 and jax.process_count() == 1
 
 
@@ -123,7 +123,7 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
             )
 
     try:
-        extra = {**call.extra, pipe.CHUNK_CALLBACK: chunk_done, pipe.CHUNK_KEEP: False}
+        extra = {**call.extra, pipe.family.CHUNK_CALLBACK: chunk_done, pipe.family.CHUNK_KEEP: False}
         out = run(pipe, dataclasses.replace(call, extra=extra), output.format, path)
         stop.writing = True  # a second signal now waits for the file
     except Cancelled as e:

@@ -9,20 +9,16 @@ decoding through the VAE contract, the run summary and progress bars. It holds t
 loop as a collaborator, :attr:`denoiser` (:class:`~vidax.pipelines.run.Denoiser`: one expert's
 segment of steps, its step cache, the compiled steps), and walks a call with
 :func:`~vidax.pipelines.run.run_checked`; the decode is :func:`~vidax.pipelines.output.decode_video`.
-Its bases hold the other parts:
-:class:`~vidax.pipelines.hooks.FamilyHooks` (the family hooks and their defaults),
-:class:`~vidax.pipelines.call_checks.CallChecks` (the call's checks, the declared keywords),
-:class:`~vidax.pipelines.memory.MemoryChecks` (the memory estimate),
-:class:`~vidax.pipelines.loading.Loading` (loading from a :mod:`~vidax.pipelines.plan`),
+The family is an object it holds, not a base: a family's pipeline class names its hooks
+(``family = WanHooks``, a :class:`~vidax.pipelines.hooks.FamilyHooks` subclass: the family's
+declarations, its configs-only hooks and its runtime hooks, in one place) and a loaded pipeline
+holds them bound to itself as :attr:`VideoPipeline.hooks`, which the run calls. Its bases are the
+diffusers-facing methods, one module each: :class:`~vidax.pipelines.call_checks.CallChecks` (the
+call's checks, the declared keywords), :mod:`~vidax.pipelines.memory`'s
+:func:`~vidax.pipelines.memory.check_memory` guards a run), :class:`~vidax.pipelines.loading.Loading` (loading from a :mod:`~vidax.pipelines.plan`),
 :class:`~vidax.pipelines.caching.StepCaching` (step caches),
 :class:`~vidax.pipelines.prompts.PromptEncoding` (the prompts) and
 :class:`~vidax.pipelines.adapters.LoraMethods` (LoRA).
-
-A family subclasses it and provides hooks (:mod:`vidax.pipelines.hooks`): what its checkpoint is
-(:meth:`VideoPipeline.read_checkpoint`, configs only), which components it loads, how a prompt is
-encoded, the conditioning of a call, the initial latents, the transformer's inputs of one step and
-the scheduler update. Call arguments beyond the shared ones are declared in ``call_options``;
-a keyword that is neither is a one-line error naming what the pipeline takes.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
-import numpy as np
 
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.nn.precision import matmul_precision as precision_context
@@ -47,7 +42,6 @@ from vidax.pipelines.experts import Experts
 from vidax.pipelines.hooks import FamilyHooks, frames_of_form, video_latent_shape
 from vidax.pipelines.loading import Loading
 from vidax.pipelines.memory import (
-    MemoryChecks,
     MemoryEstimate,
     ModelSize,
     checkpoint_weight_bytes,
@@ -55,19 +49,16 @@ from vidax.pipelines.memory import (
     run_size_estimate,
     text_encoding_bytes,
 )
-from vidax.pipelines.options import CallOption
 from vidax.pipelines.output import MAX_DECODE_LATENT, check_finite, finite_array
 from vidax.pipelines.prompts import PromptEncoding, prompt_texts, text_truncation, tokenizer_token_limit
-from vidax.pipelines.run import Denoiser, check_step_dtypes, initial_noise, run_checked
+from vidax.pipelines.run import Denoiser, check_step_dtypes, run_checked
 from vidax.pipelines.staging import Staging
 
 logger = logging.getLogger("vidax.pipeline")
 
 
 class VideoPipeline(
-    FamilyHooks,
     CallChecks,
-    MemoryChecks,
     Loading,
     StepCaching,
     PromptEncoding,
@@ -78,7 +69,8 @@ class VideoPipeline(
 
     Attributes:
         checkpoint: the folder's index and configs. info: what the checkpoint is (the family's
-        :class:`CheckpointInfo`). defaults: :class:`CallDefaults`. dtype: transformer dtype.
+        :class:`CheckpointInfo`). hooks: the family's hooks bound to this pipeline
+        (:class:`~vidax.pipelines.hooks.FamilyHooks`; the class's ``family``). defaults: :class:`CallDefaults`. dtype: transformer dtype.
         mesh: the device mesh or None. staging: where the text encoder / VAE wait.
         experts: the denoising transformers (:class:`~vidax.pipelines.experts.Experts`).
         denoiser: the denoising loop (:class:`~vidax.pipelines.run.Denoiser`), which owns the
@@ -88,44 +80,11 @@ class VideoPipeline(
         (and the LTX pipelines' ``vae_spatial_compression_ratio``, ...): as diffusers sets them.
     """
 
-    #: The task this class is for (``"t2v"`` / ``"i2v"``); the checkpoint must do it. A call
-    #: with ``image=`` does image-to-video where the checkpoint also does that (Wan2.2 TI2V-5B).
-    task: ClassVar[str] = "t2v"
-    #: Call keywords this family takes beyond :data:`SHARED_CALL_ARGS`, declared
-    #: (:class:`~vidax.pipelines.options.CallOption`): their type and range are checked with the
-    #: shared ones, and ``vidax generate`` offers each as a flag.
-    call_options: ClassVar[tuple[CallOption, ...]] = ()
-    #: The shared keywords this family does not take.
-    unsupported_call_args: ClassVar[tuple[str, ...]] = ()
-    #: Components staged when device memory is short, in order.
-    stageable: ClassVar[tuple[str, ...]] = ("text_encoder", "vae")
-    #: The dtype classifier-free guidance combines predictions in (None: the model output's).
-    guidance_dtype: ClassVar[Any] = None
-    #: How ``latents=`` is laid out, for error messages.
-    latents_layout: ClassVar[str] = "(batch, channels, latent frames, height / vae_scale, width / vae_scale)"
-    #: The scheduler classes (``scheduler_config.json``'s ``_class_name``) the family's sampling
-    #: loop runs; None: any scheduler vidax implements.
-    scheduler_classes: ClassVar[tuple[str, ...] | None] = None
-    #: The latent streams the model denoises together, by the call keyword that gives each one's
-    #: initial noise: the video's (``latents``) first, then e.g. ``audio_latents``. With one
-    #: stream the latents are one array everywhere; with several they are a dict keyed by these
-    #: names through the loop (noise, checks, the jitted step, sharding, block streaming).
-    latent_streams: ClassVar[tuple[str, ...]] = ("latents",)
-    #: The stream the audio decoder decodes (one of :attr:`latent_streams`), None: no sound.
-    audio_stream: ClassVar[str | None] = None
-    #: How the audio stream's latents are laid out, for error messages (LTX-2's).
-    audio_latents_layout: ClassVar[str] = "(batch, channels, audio latent length, latent mel bins)"
-    #: The pipeline's attributes holding the audio decoder (contract
-    #: :class:`~vidax.pipelines.contracts.AudioDecoder`) and the vocoder (contract
-    #: :class:`~vidax.pipelines.contracts.Vocoder`; None where the decoder gives a waveform).
-    audio_decoder_name: ClassVar[str] = "audio_vae"
-    vocoder_name: ClassVar[str | None] = "vocoder"
-    #: diffusers' keywords of a prompt's precomputed encoding (``prompt_embeds``, its mask, a
-    #: pooled embedding...), in the order of :meth:`encode_prompt_parts`'s arrays; the negative
-    #: prompt's are these with ``negative_`` in front. Empty: the family takes none.
-    prompt_embeds_args: ClassVar[tuple[str, ...]] = ()
-    #: The dtype of the masks among :attr:`prompt_embeds_args` (what the family's encoding makes).
-    prompt_mask_dtype: ClassVar[Any] = np.bool_
+    #: The family's hooks class (:class:`~vidax.pipelines.hooks.FamilyHooks`): its declarations
+    #: and configs-only hooks describe the family before any weight exists
+    #: (``WanPipeline.family.read_checkpoint``); a loaded pipeline holds them bound to itself as
+    #: :attr:`hooks`.
+    family: ClassVar[type[FamilyHooks]] = FamilyHooks
 
     def __init__(
         self,
@@ -141,6 +100,9 @@ class VideoPipeline(
         matmul_precision: str | None = None,
     ):
         self.info = info
+        #: The family's hooks bound to this pipeline (``type(self).family(self)``): the runtime
+        #: side of the family (conditioning, latents, steps, decode) the loop calls.
+        self.hooks = self.family(self)
         self.checkpoint = info.checkpoint
         self.root = info.checkpoint.root
         self.defaults = info.defaults
@@ -215,15 +177,15 @@ class VideoPipeline(
         :data:`MAX_SEED`] for ``jax.random``; replaces torch's generator; None, the default, draws
         one at random, as diffusers without a generator: the seed used is ``out.stats.seed`` and in
         ``out.stats.summary()``, so a run can be repeated), ``latents`` (initial noise, float32,
-        diffusers layout), ``max_sequence_length`` (text tokens, at most
-        :meth:`text_token_limit`), ``output_type`` (``"np"`` or ``"latent"``), ``progress``
-        (progress bars and status lines on stderr), ``callback(step_index, num_inference_steps)``,
+        diffusers layout), ``max_sequence_length`` (text tokens, at most the family's
+        ``text_token_limit``), ``output_type`` (``"np"`` or ``"latent"``), ``progress`` (progress
+        bars and status lines on stderr), ``callback(step_index, num_inference_steps)``,
         ``cancel`` (a ``threading.Event``, or a zero-argument callable returning True to stop;
         asked after the prompt encoding, before every denoising step and before every VAE decode
         chunk: a server cancels a running call from another thread), ``decode_audio`` (False:
         skip the sound's decode, ``out.audio`` None; accepted by models without sound). Models of
         several latent streams also take each further stream's initial noise by its keyword
-        (:attr:`latent_streams`, e.g. ``audio_latents``). Defaults: :attr:`defaults`.
+        (the family's ``latent_streams``, e.g. ``audio_latents``). Defaults: :attr:`defaults`.
 
         Returns:
             :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
@@ -257,22 +219,23 @@ class VideoPipeline(
             out.stats.preset = describe(chosen, applied)
         if call.return_dict:
             return out
-        return (out.frames, out.audio) if self.makes_audio(self.info) else (out.frames,)
+        return (out.frames, out.audio) if self.family.makes_audio(self.info) else (out.frames,)
 
     def generate(self, call: Call) -> VideoPipelineOutput:
         """Run a checked :class:`Call` (:func:`~vidax.pipelines.run.run_checked`: refused first
-        when it cannot fit, :meth:`check_memory`).
+        when it cannot fit, :func:`~vidax.pipelines.memory.check_memory`).
 
         Raises:
             OutOfMemoryError, NumericalError: see :func:`~vidax.pipelines.run.run_checked`.
         """
-        return run_checked(self, call)
+        return run_checked(self, self.hooks.prepare_call(call))
 
-    def initial_noise(self, call: Call) -> Any:
-        """The initial noise of each latent stream of ``call``, float32, in the diffusers layout
-        (:func:`~vidax.pipelines.run.initial_noise` of :meth:`latent_shapes`): one stream's
-        array, or a dict keyed by :attr:`latent_streams`."""
-        return initial_noise(self.latent_shapes(self.info, call), self.latent_streams[0], call)
+    def video_fps(self, call: Call) -> Any:
+        """Frames per second the call's video is meant to play at (``vidax generate``'s mp4 without
+        ``--fps``): the family's (:meth:`FamilyHooks.video_fps
+        <vidax.pipelines.hooks.FamilyHooks.video_fps>`: the checkpoint's, or the call's frame rate
+        where the model conditions on one)."""
+        return self.hooks.video_fps(call)
 
     #: Refuse a call whose :meth:`memory_estimate` exceeds the memory there is (False: warn and run
     #: it; None: no check, e.g. where the caller already checked before loading).
@@ -290,6 +253,14 @@ def cfg_pair(do_cfg: bool, *xs: Any) -> tuple:
     if not do_cfg:
         return xs
     return tuple(None if x is None else jnp.concatenate([x, x], axis=0) for x in xs)
+
+
+def image_first_call(
+    self: VideoPipeline, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any
+) -> Any:
+    """diffusers' image-to-video ``__call__(image, prompt, negative_prompt, **kwargs)``: the image
+    first, then :meth:`VideoPipeline.__call__` (an image-to-video class's ``__call__``)."""
+    return VideoPipeline.__call__(self, prompt, negative_prompt, image=image, **kwargs)
 
 
 def as_list(value: Any) -> list:
@@ -322,4 +293,5 @@ __all__: Sequence[str] = (
     "MAX_DECODE_LATENT",
     "check_step_dtypes",
     "as_list",
+    "image_first_call",
 )

@@ -5,7 +5,7 @@ which the diffusers reference can run on it, turning them on and off, a call's c
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import Any
 
 from vidax.errors import InputError
 from vidax.pipelines.step_cache import (
@@ -19,56 +19,6 @@ logger = logging.getLogger("vidax.pipeline")
 
 class StepCaching:
     """The step-cache methods of a pipeline; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
-
-    #: diffusers' pipeline runs the conditional and unconditional passes as separate transformer
-    #: calls (a step cache then keeps one state per branch, :mod:`vidax.pipelines.step_cache`);
-    #: False: one batched call, one state.
-    separate_cfg_passes: ClassVar[bool] = False
-
-    #: diffusers 0.42.1 runs this pipeline's transformer calls in cache contexts and has hook
-    #: metadata for its blocks, so its cache hooks work; False (no reference to match): step
-    #: caches are refused.
-    cache_reference: ClassVar[bool] = True
-
-    #: diffusers 0.42.1 registers this family's blocks in its ``TransformerBlockRegistry``, which
-    #: its First-Block Cache and MagCache hooks need (False: they raise there, so vidax refuses
-    #: them; TaylorSeer needs no block metadata).
-    cache_block_metadata: ClassVar[bool] = True
-
-    #: Why diffusers 0.42.1's First-Block Cache / MagCache hooks raise on this pipeline when
-    #: :attr:`cache_block_metadata` is False (``{pipeline}``: the pipeline's class as the user
-    #: loads it; ``{config}``: the config's class).
-    cache_metadata_problem: ClassVar[str] = (
-        "diffusers 0.42.1 has no block metadata for {pipeline}'s transformer "
-        "blocks that its {config} hooks can use (they raise there)"
-    )
-
-    @classmethod
-    def check_cache_kind(cls, config: Any, name: str = "config", pipeline: str | None = None) -> None:
-        """Raise unless diffusers 0.42.1 runs ``config``'s kind of cache hooks on this pipeline
-        (before any weight is read; ``name``: how the config is named, ``--cache first_block:0.1``;
-        ``pipeline``: the pipeline class as the user loads it, model_index.json's ``_class_name``,
-        default this class's name).
-
-        Raises:
-            InputError: one line naming ``name``.
-        """
-        pipeline = pipeline or cls.__name__
-        if not cls.cache_reference:
-            raise InputError(
-                f"{name}: diffusers 0.42.1's {pipeline} cannot run cache hooks (no cache context "
-                "around its transformer calls, or no block metadata), so there is no reference to match"
-            )
-        if not cls.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
-            problem = cls.cache_metadata_problem.format(pipeline=pipeline, config=type(config).__name__)
-            raise InputError(f"{name}: {problem}, so there is no reference to match; TaylorSeerCacheConfig runs")
-        if len(cls.latent_streams) > 1 and not isinstance(config, TaylorSeerCacheConfig):
-            # vidax's First-Block Cache / MagCache measure and keep one stream's rows.
-            raise InputError(
-                f"{name}: {type(config).__name__} on a pipeline with several latent streams "
-                f"({cls.__name__}: {', '.join(cls.latent_streams)}) is not implemented in vidax; "
-                "TaylorSeerCacheConfig runs"
-            )
 
     def enable_cache(self, config: Any) -> None:
         """Turn on step caching for the next calls (``config``: a
@@ -94,7 +44,7 @@ class StepCaching:
         config = check_cache_config(config, name)
         if name == "config":  # the Python keyword; a CLI caller passes its flag as typed
             name = f"{name}={type(config).__name__}"
-        self.check_cache_kind(config, name, self.checkpoint.pipeline_class_name)
+        check_cache_kind(type(self), config, name, self.checkpoint.pipeline_class_name)
         model = type(self.experts.modules[0]).__name__
         if isinstance(config, TaylorSeerCacheConfig):
             modes = {taylorseer_mode(config, m) for m in self.experts.modules}
@@ -114,3 +64,30 @@ class StepCaching:
     def disable_cache(self) -> None:
         """Turn step caching off (a no-op when it is off)."""
         self.cache_config = None
+
+
+def check_cache_kind(cls: type, config: Any, name: str = "config", pipeline: str | None = None) -> None:
+    """Raise unless diffusers 0.42.1 runs ``config``'s kind of cache hooks on the pipeline class ``cls``
+    (before any weight is read; ``name``: how the config is named, ``--cache first_block:0.1``;
+    ``pipeline``: the pipeline class as the user loads it, model_index.json's ``_class_name``,
+    default ``cls``'s name).
+
+    Raises:
+        InputError: one line naming ``name``.
+    """
+    pipeline, family = pipeline or cls.__name__, cls.family
+    if not family.cache_reference:
+        raise InputError(
+            f"{name}: diffusers 0.42.1's {pipeline} cannot run cache hooks (no cache context "
+            "around its transformer calls, or no block metadata), so there is no reference to match"
+        )
+    if not family.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
+        problem = family.cache_metadata_problem.format(pipeline=pipeline, config=type(config).__name__)
+        raise InputError(f"{name}: {problem}, so there is no reference to match; TaylorSeerCacheConfig runs")
+    if len(family.latent_streams) > 1 and not isinstance(config, TaylorSeerCacheConfig):
+        # vidax's First-Block Cache / MagCache measure and keep one stream's rows.
+        raise InputError(
+            f"{name}: {type(config).__name__} on a pipeline with several latent streams "
+            f"({cls.__name__}: {', '.join(family.latent_streams)}) is not implemented in vidax; "
+            "TaylorSeerCacheConfig runs"
+        )

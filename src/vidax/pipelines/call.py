@@ -31,7 +31,7 @@ class Call:
     ``attention_kwargs`` ``"scale"`` (None: not given). ``return_dict``: False returns a tuple.
     ``prompt_parts`` / ``negative_parts``: the given ``prompt_embeds`` (and masks, pooled
     embeddings...) as float32 / integer numpy arrays in the order of the family's
-    :attr:`VideoPipeline.prompt_embeds_args` (None: encode the texts).
+    :attr:`FamilyHooks.prompt_embeds_args <vidax.pipelines.hooks.FamilyHooks.prompt_embeds_args>` (None: encode the texts).
     ``on_state(done, latents, state)``: called after every denoising step with the steps done
     and the loop's latents and scheduler state (device arrays the next step donates: copy them
     now); with a step cache also ``cache=``, its
@@ -43,7 +43,7 @@ class Call:
     saved them would have. ``video_guidance``: one ``(guidance_scale,
     guidance_scale_2)`` per video, each video guided by its own (jobs of other guidance in one
     batch); None: the call's for every video. Only the default CFG step
-    (:meth:`VideoPipeline.step_args`, :meth:`~VideoPipeline.guidance`, :meth:`~VideoPipeline.guide`)
+    (the family hooks' ``step_args``, ``guidance``, ``guide``)
     reads it.
     """
 

@@ -6,6 +6,7 @@ declares it takes (:class:`Capabilities`, the keywords and options).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -88,7 +89,7 @@ def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
 def _given_prompt_parts(cls: type, extra: dict, negative: bool) -> tuple | None:
     """The call's precomputed prompt encoding (``prompt_embeds=`` and its partners, or the
     ``negative_`` ones), taken out of ``extra``, as numpy arrays in the order of
-    ``cls.prompt_embeds_args``: floating ones float32 and finite, masks ``cls.prompt_mask_dtype``;
+    ``cls.family.prompt_embeds_args``: floating ones float32 and finite, masks ``cls.family.prompt_mask_dtype``;
     None when none is given.
 
     Raises:
@@ -97,7 +98,7 @@ def _given_prompt_parts(cls: type, extra: dict, negative: bool) -> tuple | None:
             than diffusers' ((B, L, D) embeddings, (B, L) masks, (B, D) pooled embeddings), or
             batch sizes that differ.
     """
-    names = [("negative_" if negative else "") + n for n in cls.prompt_embeds_args]
+    names = [("negative_" if negative else "") + n for n in cls.family.prompt_embeds_args]
     values = {n: extra.pop(n) for n in names if n in extra}
     given = [n for n in names if values.get(n) is not None]
     if not given:
@@ -117,7 +118,7 @@ def _given_prompt_parts(cls: type, extra: dict, negative: bool) -> tuple | None:
             kind = np.asarray(v).dtype.kind
             if kind not in "biuf":
                 raise InputError(Arg(n), f" must be an array of 0 / 1 (or bool), got {type(v).__name__}")
-            arr = (np.asarray(v) != 0).astype(cls.prompt_mask_dtype)
+            arr = (np.asarray(v) != 0).astype(cls.family.prompt_mask_dtype)
         else:
             arr = finite_array(n, v)
         want = 2 if "mask" in n or "pooled" in n else 3
@@ -224,15 +225,16 @@ class CallChecks:
         Raises:
             InputError: the checkpoint does not do ``task`` (the message says what it does).
         """
-        info = info or cls.read_checkpoint(checkpoint)
+        info = info or cls.family.read_checkpoint(checkpoint)
         check_task(checkpoint.root, task, info.tasks, info.variant)
         return cls.class_for_task(task)
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
         """The family's class for ``task`` (``"t2v"``, ``"i2v"``, ...), a task the checkpoint does:
-        this one by default; a family with a class per task maps them."""
-        return cls
+        this one by default; a family with a class per task maps them (its hooks'
+        ``class_for_task``)."""
+        return cls.family.class_for_task(task) or cls
 
     @classmethod
     def call_args(cls) -> tuple[str, ...]:
@@ -244,12 +246,12 @@ class CallChecks:
         """The declarations of :meth:`call_args`, in that order."""
         streams = tuple(
             CallOption(s, OBJECT, f"Initial noise of the {s} stream, float32, in the family's diffusers layout.")
-            for s in cls.latent_streams[1:]
+            for s in cls.family.latent_streams[1:]
         )
         return (
-            tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args)
+            tuple(o for o in SHARED_OPTIONS if o.name not in cls.family.unsupported_call_args)
             + streams
-            + cls.call_options
+            + cls.family.call_options
             + embeds_options(cls)
         )
 
@@ -263,19 +265,15 @@ class CallChecks:
             image="i2v" in info.tasks and "image" in args,
             video="video" in args,
             guidance_scale_2=len(info.transformers) > 1,
-            audio=cls.makes_audio(info),
+            audio=cls.family.makes_audio(info),
             offload=True,
             call_args=args,
         )
 
-    def video_fps(self, call: Call) -> Any:
-        """Frames per second the call's video is meant to play at (``vidax generate``'s mp4 without
-        ``--fps``): the checkpoint's, as its reference's examples export it."""
-        return self.defaults.fps
-
     @classmethod
     def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> Call:
-        """Check a call's arguments against the checkpoint's configs and fill in the defaults.
+        """Check a call's arguments against the checkpoint's configs and fill in the defaults
+        (the family's ``check_call`` around :func:`check_shared_call`).
 
         ``kwargs``: the shared keywords (:class:`SharedArgs`) and the family's own.
         Needs no weights: ``vidax generate`` runs it before loading.
@@ -284,60 +282,74 @@ class CallChecks:
             InputError: an unknown keyword, or an argument that is not valid (the message names
                 it, its value and what is valid).
         """
-        a = SharedArgs.take(kwargs)
-        extra = kwargs
-        given = {k for k in _GIVEN if getattr(a, k) is not None} | {k for k, v in extra.items() if v is not None}
-        if negative_prompt is not None:
-            given.add("negative_prompt")
-        streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
-        extra = _check_keywords(cls, extra, given)
-        prompts, negatives, parts, negative_parts = _call_prompts(cls, prompt, negative_prompt, extra)
-        height, width, num_frames = _call_size(cls, info, a.height, a.width, a.num_frames)
-        steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt = _call_numbers(
-            cls,
-            info,
-            a.num_inference_steps,
-            a.guidance_scale,
-            a.guidance_scale_2,
-            a.max_sequence_length,
-            a.num_videos_per_prompt,
-        )
-        _check_output_and_seed(a.output_type, a.seed, a.decode_audio, a.callback, a.return_dict)
-        step_end = _step_end(a.callback_on_step_end, a.callback_on_step_end_tensor_inputs)
-        lora_scale = _lora_scale(a.attention_kwargs)
-        cancel = cancel_check(a.cancel)
-        _check_task_inputs(cls, info, a.image, extra)
-        seed = int(np.random.SeedSequence().entropy % 2**31) if a.seed is None else a.seed
-        call = Call(
-            prompts,
-            negatives,
-            a.image,
-            int(height),
-            int(width),
-            num_frames,
-            steps,
-            guidance_scale,
-            guidance_scale_2,
-            num_videos_per_prompt,
-            int(seed),
-            None,
-            max_sequence_length,
-            a.output_type,
-            bool(a.progress),
-            a.callback,
-            dict(extra),
-            cancel=cancel,
-            given=frozenset(given),
-            decode_audio=a.decode_audio is None or bool(a.decode_audio),  # None: the default
-            step_end=step_end,
-            lora_scale=lora_scale,
-            return_dict=a.return_dict is None or bool(a.return_dict),
-            prompt_parts=parts,
-            negative_parts=negative_parts,
-        )
-        call = _with_latents(cls, info, call, {cls.latent_streams[0]: a.latents, **streams})
-        _check_schedule(cls, info, call)
-        return call
+        return cls.family.check_call(functools.partial(check_shared_call, cls), info, prompt, negative_prompt, **kwargs)
+
+
+def check_shared_call(
+    cls: type, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any
+) -> Call:
+    """The checks of a call every family runs, for the pipeline class ``cls``: the shared keywords
+    (:class:`SharedArgs`) and the family's declared ones, the prompts, size, numbers, inputs and
+    initial noise against the configs, the defaults filled.
+
+    Raises:
+        InputError: an unknown keyword, or an argument that is not valid (the message names it,
+            its value and what is valid).
+    """
+    a = SharedArgs.take(kwargs)
+    extra = kwargs
+    given = {k for k in _GIVEN if getattr(a, k) is not None} | {k for k, v in extra.items() if v is not None}
+    if negative_prompt is not None:
+        given.add("negative_prompt")
+    streams = {k: extra.pop(k) for k in cls.family.latent_streams[1:] if k in extra}
+    extra = _check_keywords(cls, extra, given)
+    prompts, negatives, parts, negative_parts = _call_prompts(cls, prompt, negative_prompt, extra)
+    height, width, num_frames = _call_size(cls, info, a.height, a.width, a.num_frames)
+    steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt = _call_numbers(
+        cls,
+        info,
+        a.num_inference_steps,
+        a.guidance_scale,
+        a.guidance_scale_2,
+        a.max_sequence_length,
+        a.num_videos_per_prompt,
+    )
+    _check_output_and_seed(a.output_type, a.seed, a.decode_audio, a.callback, a.return_dict)
+    step_end = _step_end(a.callback_on_step_end, a.callback_on_step_end_tensor_inputs)
+    lora_scale = _lora_scale(a.attention_kwargs)
+    cancel = cancel_check(a.cancel)
+    _check_task_inputs(cls, info, a.image, extra)
+    seed = int(np.random.SeedSequence().entropy % 2**31) if a.seed is None else a.seed
+    call = Call(
+        prompts,
+        negatives,
+        a.image,
+        int(height),
+        int(width),
+        num_frames,
+        steps,
+        guidance_scale,
+        guidance_scale_2,
+        num_videos_per_prompt,
+        int(seed),
+        None,
+        max_sequence_length,
+        a.output_type,
+        bool(a.progress),
+        a.callback,
+        dict(extra),
+        cancel=cancel,
+        given=frozenset(given),
+        decode_audio=a.decode_audio is None or bool(a.decode_audio),  # None: the default
+        step_end=step_end,
+        lora_scale=lora_scale,
+        return_dict=a.return_dict is None or bool(a.return_dict),
+        prompt_parts=parts,
+        negative_parts=negative_parts,
+    )
+    call = _with_latents(cls, info, call, {cls.family.latent_streams[0]: a.latents, **streams})
+    _check_schedule(cls, info, call)
+    return call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,8 +404,8 @@ def _check_keywords(cls: type, extra: dict, given: set) -> dict:
     pipeline does not take is refused, naming what it takes (or why diffusers' keyword is refused)."""
     if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
         del extra["generator"]
-    own = options_by_name(cls.call_options + embeds_options(cls))
-    unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
+    own = options_by_name(cls.family.call_options + embeds_options(cls))
+    unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.family.unsupported_call_args))
     for u in unknown:
         entry = refused_keyword(cls, u)
         if entry is not None:
@@ -412,7 +424,7 @@ def _check_keywords(cls: type, extra: dict, given: set) -> dict:
 
 def _call_prompts(cls: type, prompt: Any, negative_prompt: Any, extra: dict) -> tuple:
     """``(prompts, negative prompts, prompt parts, negative prompt parts)`` of a call: the texts,
-    or the precomputed encodings given (:attr:`~vidax.pipelines.base.VideoPipeline.prompt_embeds_args`)."""
+    or the precomputed encodings given (:attr:`~vidax.pipelines.hooks.FamilyHooks.prompt_embeds_args`)."""
     parts = _given_prompt_parts(cls, extra, negative=False)
     negative_parts = _given_prompt_parts(cls, extra, negative=True)
     prompts = _prompts("prompt", prompt) if parts is None else _embeds_prompts("prompt", prompt, parts)
@@ -428,7 +440,7 @@ def _call_size(cls: type, info: CheckpointInfo, height: Any, width: Any, num_fra
     d = info.defaults
     height = _SHARED["height"].check(d.height if height is None else height)
     width = _SHARED["width"].check(d.width if width is None else width)
-    limits = cls.size_limits(info)
+    limits = cls.family.size_limits(info)
     for name, v, top in (("height", height, limits.height), ("width", width, limits.width)):
         if top is not None and v > top:  # before the multiples: no "nearest valid" past what the model takes
             raise InputError(
@@ -456,7 +468,7 @@ def _call_size(cls: type, info: CheckpointInfo, height: Any, width: Any, num_fra
             *near,
         )
     given_frames = _SHARED["num_frames"].check(d.num_frames if num_frames is None else num_frames)
-    num_frames = cls.resolve_num_frames(info, given_frames)
+    num_frames = cls.family.resolve_num_frames(info, given_frames)
     if limits.num_frames is not None and num_frames > limits.num_frames:
         raise InputError(
             Arg("num_frames", given_frames),
@@ -495,7 +507,7 @@ def _call_numbers(
     max_sequence_length = _SHARED["max_sequence_length"].check(
         d.max_sequence_length if max_sequence_length is None else max_sequence_length
     )
-    limit = cls.text_token_limit(info)
+    limit = cls.family.text_token_limit(info)
     if limit is not None and max_sequence_length > limit[0]:
         raise InputError(
             Arg("max_sequence_length", max_sequence_length),
@@ -535,7 +547,7 @@ def _check_task_inputs(cls: type, info: CheckpointInfo, image: Any, extra: dict)
     """Raise InputError where the call's task (from ``image`` / ``video``) is not one the checkpoint
     does, an image-to-video checkpoint has no image, or an image is not one."""
     task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
-    if cls.task == "i2v" and image is None:
+    if cls.family.task == "i2v" and image is None:
         raise InputError(
             f"{info.checkpoint.root} is an image-to-video checkpoint: ",
             Arg("image"),
@@ -554,7 +566,7 @@ def _with_latents(cls: type, info: CheckpointInfo, call: Call, given_streams: di
     ...), each finite and of the shape the call's arguments give it."""
     if all(v is None for v in given_streams.values()):
         return call
-    shapes = cls.latent_shapes(info, call)
+    shapes = cls.family.latent_shapes(info, call)
     checked = {}
     for name, value in given_streams.items():
         if value is None:
@@ -562,24 +574,24 @@ def _with_latents(cls: type, info: CheckpointInfo, call: Call, given_streams: di
         value = finite_array(name, value)
         if value.shape != shapes[name]:
             layout = (
-                cls.latents_layout
-                if name == cls.latent_streams[0]
-                else cls.audio_latents_layout
-                if name == cls.audio_stream
+                cls.family.latents_layout
+                if name == cls.family.latent_streams[0]
+                else cls.family.audio_latents_layout
+                if name == cls.family.audio_stream
                 else "this stream's layout"
             )
             raise InputError(
                 f"{name} have shape {tuple(value.shape)}, expected {shapes[name]} = {layout} for these arguments"
             )
         checked[name] = value
-    first = checked.pop(cls.latent_streams[0], None)
+    first = checked.pop(cls.family.latent_streams[0], None)
     return dataclasses.replace(call, latents=first, stream_latents=checked)
 
 
 def _check_schedule(cls: type, info: CheckpointInfo, call: Call) -> None:
     """Raise InputError for more steps than the checkpoint's scheduler was trained with, then the
     family's own checks of the call and its schedule."""
-    scheduler = read_scheduler(cls, info)
+    scheduler = read_scheduler(cls.family, info)
     train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
     if train is not None and call.num_inference_steps > train:  # before any schedule is computed
         raise InputError(
@@ -588,6 +600,6 @@ def _check_schedule(cls: type, info: CheckpointInfo, call: Call) -> None:
             "timesteps this checkpoint's scheduler was trained with (num_train_timesteps in "
             f"{info.checkpoint.config_file('scheduler')}); give at most {train}",
         )
-    cls.check_family_call(info, call)
+    cls.family.check_family_call(info, call)
     if scheduler is not None:
-        cls.check_schedule(info, scheduler, call)
+        cls.family.check_schedule(info, scheduler, call)

@@ -2,7 +2,7 @@
 
 :func:`choose` takes the parameter bytes of every component (:func:`parameter_sizes`: from the
 safetensors headers, or from the configs' abstract shapes where a folder has no weights) and
-the call's activations (:meth:`~vidax.pipelines.memory.MemoryChecks.memory_estimate`), and
+the call's activations (:func:`~vidax.pipelines.memory.memory_estimate`), and
 picks, in this order, the least that makes every stage (text encoding, the denoising steps, the
 VAE decode) fit in the device's memory:
 
@@ -39,6 +39,7 @@ from vidax.pipelines.memory import (  # the pretend device size lives with the m
     DEVICE_MEMORY_ENV,
     RUNTIME_OVERHEAD_BYTES,
     MemoryEstimate,
+    memory_estimate,
     pretend_device_memory,
 )
 
@@ -147,7 +148,7 @@ def parameter_sizes(
         is_transformer = name in info.transformers
         at = vae_dtype if is_decoder else dtype if is_transformer else text_encoder_dtype
         fmt = (ckpt.weights if weights == "checkpoint" else weights) if is_transformer else None
-        streams = name in pipeline.stageable and not is_decoder and streamable(spec)
+        streams = name in pipeline.family.stageable and not is_decoder and streamable(spec)
         if from_headers:
             source = transformer_source(ckpt, name, spec) if is_transformer else ckpt.reader(name)
             prefixes = spec.block_stacks if is_transformer else _layer_prefixes(spec, ckpt, name) if streams else ()
@@ -166,9 +167,9 @@ def parameter_sizes(
         split = 1 if is_decoder else tp
         if is_transformer:
             transformers[name] = tuple(int(s / split) if i < 2 else s for i, s in enumerate(sizes))
-        elif is_decoder and name in pipeline.stageable:
+        elif is_decoder and name in pipeline.family.stageable:
             decoders[name] = sizes[0]
-        elif name in pipeline.stageable:
+        elif name in pipeline.family.stageable:
             encoders[name] = int(sizes[0] / split)
             if streams and sizes[2]:
                 groups = getattr(ckpt.typed_config(name, spec.config_class()), "layer_groups", None)
@@ -709,11 +710,11 @@ def plan_device(
     from vidax.nn.attention import backend
 
     platform = platform or backend()
-    est = cls.memory_estimate(
-        info, call, dtype=dtype, weights="loaded", flash=platform in ("tpu", "gpu"), platform=platform
+    est = memory_estimate(
+        cls, info, call, dtype=dtype, weights="loaded", flash=platform in ("tpu", "gpu"), platform=platform
     )
     share = 1 if plan.mesh is None else plan.mesh.size
-    latents = int(np.prod(cls.latent_shape(info, call))) * 4 * 2
+    latents = int(np.prod(cls.family.latent_shape(info, call))) * 4 * 2
     act = Activations(
         est.text // share,
         est.step // share,
@@ -724,7 +725,7 @@ def plan_device(
     )
     keep = {}
     if asked is not None:
-        keep = {n: asked.keep_vae if n in DECODERS else asked.keep_text_encoder for n in cls.stageable}
+        keep = {n: asked.keep_vae if n in DECODERS else asked.keep_text_encoder for n in cls.family.stageable}
         keep["transformer"] = asked.keep_transformer
     return choose(
         sizes,

@@ -1,14 +1,15 @@
 """The hooks a family implements (or keeps the defaults of): what its checkpoint is, which
-components it loads, how a prompt is encoded, a call's conditioning, initial latents, the
-transformer's inputs of one step and the scheduler update, what is decoded. :class:`VideoPipeline
-<vidax.pipelines.base.VideoPipeline>` takes them from :class:`FamilyHooks`.
+components it loads, how a call is checked and a prompt encoded, a call's conditioning, initial
+latents, the transformer's inputs of one step and the scheduler update, what is decoded. A
+:class:`VideoPipeline <vidax.pipelines.base.VideoPipeline>` class names its family's
+:class:`FamilyHooks` (``family``) and a loaded pipeline holds them bound to it (``pipe.hooks``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,9 @@ from vidax.errors import Arg, ConfigError
 from vidax.pipelines.call import Call
 from vidax.pipelines.call_checks import SizeLimits
 from vidax.pipelines.memory import ModelSize
+from vidax.pipelines.options import CallOption
 from vidax.pipelines.output import decode_video
+from vidax.pipelines.prompts import encode_prompts, prompt_texts, text_truncation
 from vidax.pipelines.sampling import classifier_free_guidance
 from vidax.pipelines.staging import Staging
 from vidax.pipelines.step_inputs import StepInputs
@@ -52,8 +55,100 @@ def video_latent_shape(call: Call, channels: int, temporal: int, spatial: int) -
 
 
 class FamilyHooks:
-    """The family hooks with their defaults; a base of :class:`~vidax.pipelines.base.VideoPipeline`
-    (a family overrides them in its subclass of it)."""
+    """What a family is and how it runs, in one place: the declarations and the hooks of one
+    pipeline class, with their defaults. A family subclasses it (``WanHooks``; a task's class of
+    the family subclasses that, ``WanImageToVideoHooks``) and its pipeline class names it
+    (``class WanPipeline(VideoPipeline): family = WanHooks``).
+
+    Two kinds of member:
+
+    * the declarations (class attributes: :attr:`task`, :attr:`call_options`,
+      :attr:`latent_streams`, ...) and the configs-only hooks (class methods of ``(info, call)``:
+      :meth:`read_checkpoint`, :meth:`check_call`, :meth:`latent_shapes`, :meth:`model_size`, ...):
+      the family's description, read before any weight exists (``WanPipeline.family.X``; the
+      :class:`~vidax.pipelines.spec.FamilySpec` reads them);
+    * the runtime hooks (methods: :meth:`condition`, :meth:`prepare_latents`, :meth:`step_args`,
+      :meth:`model_args`, :meth:`decode`, ...), called on the instance a loaded pipeline holds,
+      ``pipe.hooks = type(pipe).family(pipe)``.
+
+    The instance is bound to its pipeline (:attr:`pipe`) and reads the pipeline's components and
+    settings as its own attributes (``self.vae`` is ``self.pipe.vae``, ``self.dtype`` is
+    ``self.pipe.dtype``): a family's hooks read as methods of the pipeline they run, while the
+    pipeline class keeps only what a diffusers user calls. What a hook sets on ``self`` stays on
+    the hooks (a call's layout, a chunk's state).
+    """
+
+    # ================================================================== declarations
+    #: The name of the pipeline class these hooks are declared for, as messages name it.
+    pipeline_name: ClassVar[str] = "VideoPipeline"
+    #: The task the class is for (``"t2v"`` / ``"i2v"``); the checkpoint must do it. A call
+    #: with ``image=`` does image-to-video where the checkpoint also does that (Wan2.2 TI2V-5B).
+    task: ClassVar[str] = "t2v"
+    #: Call keywords this family takes beyond :data:`~vidax.pipelines.call.SHARED_CALL_ARGS`,
+    #: declared (:class:`~vidax.pipelines.options.CallOption`): their type and range are checked
+    #: with the shared ones, and ``vidax generate`` offers each as a flag.
+    call_options: ClassVar[tuple[CallOption, ...]] = ()
+    #: The shared keywords this family does not take.
+    unsupported_call_args: ClassVar[tuple[str, ...]] = ()
+    #: Components staged when device memory is short, in order.
+    stageable: ClassVar[tuple[str, ...]] = ("text_encoder", "vae")
+    #: The dtype classifier-free guidance combines predictions in (None: the model output's).
+    guidance_dtype: ClassVar[Any] = None
+    #: How ``latents=`` is laid out, for error messages.
+    latents_layout: ClassVar[str] = "(batch, channels, latent frames, height / vae_scale, width / vae_scale)"
+    #: The scheduler classes (``scheduler_config.json``'s ``_class_name``) the family's sampling
+    #: loop runs; None: any scheduler vidax implements.
+    scheduler_classes: ClassVar[tuple[str, ...] | None] = None
+    #: The latent streams the model denoises together, by the call keyword that gives each one's
+    #: initial noise: the video's (``latents``) first, then e.g. ``audio_latents``. With one
+    #: stream the latents are one array everywhere; with several they are a dict keyed by these
+    #: names through the loop (noise, checks, the jitted step, sharding, block streaming).
+    latent_streams: ClassVar[tuple[str, ...]] = ("latents",)
+    #: The stream the audio decoder decodes (one of :attr:`latent_streams`), None: no sound.
+    audio_stream: ClassVar[str | None] = None
+    #: How the audio stream's latents are laid out, for error messages (LTX-2's).
+    audio_latents_layout: ClassVar[str] = "(batch, channels, audio latent length, latent mel bins)"
+    #: The pipeline's attributes holding the audio decoder (contract
+    #: :class:`~vidax.pipelines.contracts.AudioDecoder`) and the vocoder (contract
+    #: :class:`~vidax.pipelines.contracts.Vocoder`; None where the decoder gives a waveform).
+    audio_decoder_name: ClassVar[str] = "audio_vae"
+    vocoder_name: ClassVar[str | None] = "vocoder"
+    #: diffusers' keywords of a prompt's precomputed encoding (``prompt_embeds``, its mask, a
+    #: pooled embedding...), in the order of :meth:`encode_prompt_parts`'s arrays; the negative
+    #: prompt's are these with ``negative_`` in front. Empty: the family takes none.
+    prompt_embeds_args: ClassVar[tuple[str, ...]] = ()
+    #: The dtype of the masks among :attr:`prompt_embeds_args` (what the family's encoding makes).
+    prompt_mask_dtype: ClassVar[Any] = np.bool_
+    #: diffusers' pipeline runs the conditional and unconditional passes as separate transformer
+    #: calls (a step cache then keeps one state per branch, :mod:`vidax.pipelines.step_cache`);
+    #: False: one batched call, one state.
+    separate_cfg_passes: ClassVar[bool] = False
+    #: diffusers 0.42.1 runs this pipeline's transformer calls in cache contexts and has hook
+    #: metadata for its blocks, so its cache hooks work; False (no reference to match): step
+    #: caches are refused.
+    cache_reference: ClassVar[bool] = True
+    #: diffusers 0.42.1 registers this family's blocks in its ``TransformerBlockRegistry``, which
+    #: its First-Block Cache and MagCache hooks need (False: they raise there, so vidax refuses
+    #: them; TaylorSeer needs no block metadata).
+    cache_block_metadata: ClassVar[bool] = True
+    #: Why diffusers 0.42.1's First-Block Cache / MagCache hooks raise on this pipeline when
+    #: :attr:`cache_block_metadata` is False (``{pipeline}``: the pipeline's class as the user
+    #: loads it; ``{config}``: the config's class).
+    cache_metadata_problem: ClassVar[str] = (
+        "diffusers 0.42.1 has no block metadata for {pipeline}'s transformer "
+        "blocks that its {config} hooks can use (they raise there)"
+    )
+
+    def __init__(self, pipe: Any):
+        #: The loaded pipeline these hooks run (:class:`~vidax.pipelines.base.VideoPipeline`).
+        self.pipe = pipe
+
+    def __getattr__(self, name: str) -> Any:
+        """The pipeline's attribute ``name`` (a component, ``dtype``, ``info``, ``scheduler``...),
+        for an attribute the hooks do not have."""
+        if name == "pipe":  # not set yet (a copy being built): no pipeline to read
+            raise AttributeError(name)
+        return getattr(self.pipe, name)
 
     # ================================================================== family hooks (configs)
     @classmethod
@@ -64,6 +159,33 @@ class FamilyHooks:
             CheckpointError, ConfigError: a missing component or a setting vidax does not implement.
         """
         raise NotImplementedError
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type | None:
+        """The family's pipeline class for ``task`` (``"t2v"``, ``"i2v"``, ...), a task the
+        checkpoint does; None (the default): the class these hooks are declared for."""
+        return None
+
+    @classmethod
+    def check_call(
+        cls,
+        shared: Callable[..., Call],
+        info: CheckpointInfo,
+        prompt: Any = None,
+        negative_prompt: Any = None,
+        **kwargs,
+    ) -> Call:
+        """The call's keywords checked against the configs, the defaults filled: ``shared`` (the
+        checks every family runs, :func:`~vidax.pipelines.call_checks.check_shared_call` bound to
+        the pipeline class, called as ``shared(info, prompt, negative_prompt, **kwargs)``) by
+        default; a family whose reference reads a keyword before them (a default negative
+        prompt, a size taken from the image) or decides CFG by its own rule wraps it.
+
+        Raises:
+            InputError: an unknown keyword, or an argument that is not valid (the message names
+                it, its value and what is valid).
+        """
+        return shared(info, prompt, negative_prompt, **kwargs)
 
     @classmethod
     def resolve_num_frames(cls, info: CheckpointInfo, num_frames: int) -> int:
@@ -108,7 +230,7 @@ class FamilyHooks:
         sound is a call option, as Cosmos 3's ``enable_sound``, also reads ``call``). The output
         checks (a ``.wav`` output, the ``.wav`` beside an ``.npy``) ask this before any weight
         is read."""
-        return None if cls.makes_audio(info) else (f"{cls.__name__} ({info.checkpoint.root}) makes no sound",)
+        return None if cls.makes_audio(info) else (f"{cls.pipeline_name} ({info.checkpoint.root}) makes no sound",)
 
     @classmethod
     def size_limits(cls, info: CheckpointInfo) -> SizeLimits:
@@ -141,7 +263,7 @@ class FamilyHooks:
         if getattr(getattr(scheduler, "config", None), "use_dynamic_shifting", False):
             raise ConfigError(
                 f"{info.checkpoint.config_file('scheduler')}: use_dynamic_shifting=true needs mu (a shift "
-                f"from the token count), which {cls.__name__} does not compute (nor does its diffusers "
+                f"from the token count), which {cls.pipeline_name} does not compute (nor does its diffusers "
                 "reference); set use_dynamic_shifting to false"
             )
 
@@ -153,10 +275,49 @@ class FamilyHooks:
         """Load the modules the family runs (name -> module); see :func:`~vidax.pipelines.loading.load_component`."""
         raise NotImplementedError
 
+    @classmethod
+    def plan_staging(
+        cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any, text_encoder_dtype: Any = None
+    ) -> Staging:
+        """Which stageable components wait in host memory, each counted at the dtype it is loaded
+        in (:func:`~vidax.pipelines.loading.plan_staging`; configs and headers only)."""
+        from vidax.pipelines.loading import plan_staging
+
+        return plan_staging(cls, info, dtype, vae_dtype, offload, mesh, text_encoder_dtype)
+
     # ================================================================== family hooks (call)
     def check_components(self) -> None:
         """Checks of the loaded components before a call (raise InputError); the scheduler is the
         one component a user may replace (``pipe.scheduler = ...``), as in diffusers."""
+
+    def prepare_call(self, call: Call) -> Call:
+        """The checked call as it runs (the default: as given; LTX-2.5 fills in the frame count its
+        duration head predicts)."""
+        return call
+
+    def video_fps(self, call: Call) -> Any:
+        """Frames per second the call's video is meant to play at (``vidax generate``'s mp4 without
+        ``--fps``): the checkpoint's, as its reference's examples export it."""
+        return self.defaults.fps
+
+    def encode_call(self, call: Call) -> Any:
+        """The call's text embeddings before the per-video repeat:
+        :func:`~vidax.pipelines.prompts.encode_prompts` of
+        :func:`~vidax.pipelines.prompts.prompt_texts`; a family whose prompt encoding also reads
+        the call (an image spliced into the text encoder's sequence) overrides it."""
+        return encode_prompts(self.pipe, prompt_texts(call), call.max_sequence_length, text_truncation(call))
+
+    def encode_prompt_parts(self, call: Call) -> tuple:
+        """The arrays of :attr:`prompt_embeds_args` (diffusers' ``encode_prompt``'s) for
+        :func:`~vidax.pipelines.prompts.prompt_texts` of ``call``, batch first: :meth:`encode_call`
+        by default."""
+        out = self.encode_call(call)
+        return out if isinstance(out, tuple) else (out,)
+
+    def context_of_parts(self, parts: tuple) -> Any:
+        """What :meth:`encode_call` returns, from :meth:`encode_prompt_parts`'s arrays (the
+        arrays themselves by default; LTX-2 runs its text connectors on them)."""
+        return parts if len(parts) > 1 else parts[0]
 
     def encode_text(self, texts: list[str], max_sequence_length: int, truncation: Truncation | None = None) -> Any:
         """Text embeddings (len(texts), L, D) as the reference's prompt encoding (the text
@@ -169,6 +330,14 @@ class FamilyHooks:
     def condition(self, call: Call, stats: RunStats) -> dict:
         """Per-call conditioning handed to every step (image latents, ...)."""
         return {}
+
+    def initial_noise(self, call: Call) -> Any:
+        """The initial noise of each latent stream of ``call``, float32, in the diffusers layout
+        (:func:`~vidax.pipelines.run.initial_noise` of :meth:`latent_shapes`): one stream's
+        array, or a dict keyed by :attr:`latent_streams`."""
+        from vidax.pipelines.run import initial_noise
+
+        return initial_noise(self.latent_shapes(self.info, call), self.latent_streams[0], call)
 
     def prepare_latents(self, call: Call, noise: Any, cond: dict) -> Any:
         """Channels-last latents (B, T, H, W, C) to denoise from the initial noise (diffusers
@@ -236,7 +405,7 @@ class FamilyHooks:
         """``(latents, state)`` after every step: by default each step run by the expert
         :meth:`expert_plan` picks, the steps of one expert as one segment
         (:meth:`Denoiser.segments <vidax.pipelines.run.Denoiser.segments>`)."""
-        return self.denoiser.segments(self, call, x, state, embeds, cond, stats)
+        return self.denoiser.segments(self.pipe, call, x, state, embeds, cond, stats)
 
     def final_latents(self, call: Call, latents: jax.Array, cond: dict) -> jax.Array:
         """Latents after the last step -> what is decoded / returned."""
@@ -257,7 +426,7 @@ class FamilyHooks:
         Raises:
             NumericalError: a chunk holds NaN/Inf. Cancelled: ``call.cancel()`` returned True.
         """
-        return decode_video(self, call, latents, stats)
+        return decode_video(self.pipe, call, latents, stats)
 
     def decode_input(self, call: Call, z: jax.Array) -> jax.Array:
         """The de-normalised latents as the VAE decodes them (e.g. with decode noise mixed in)."""

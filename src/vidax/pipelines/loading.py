@@ -260,12 +260,13 @@ def from_pipe(cls: type, pipe: Any) -> Any:
             f"from_pipe({cls.__name__}, pipe): the pipeline is a {type(pipe).__name__}, of another family; "
             f"load {pipe.root} with vidax.load_pipeline"
         )
-    own = cls.read_checkpoint.__func__ is not type(pipe).read_checkpoint.__func__
-    info = cls.read_checkpoint(pipe.checkpoint) if own else pipe.info
-    check_task(pipe.root, cls.task, info.tasks, info.variant)
+    own = cls.family.read_checkpoint.__func__ is not type(pipe).family.read_checkpoint.__func__
+    info = cls.family.read_checkpoint(pipe.checkpoint) if own else pipe.info
+    check_task(pipe.root, cls.family.task, info.tasks, info.variant)
     new = cls.__new__(cls)
     new.__dict__.update(pipe.__dict__)
     new.info, new.defaults, new._interrupt = info, info.defaults, False
+    new.hooks = cls.family(new)
     new.capabilities = cls.capabilities_of(info)
     new.denoiser = Denoiser(new.experts, new.mesh)
     return new
@@ -436,7 +437,7 @@ class Loading:
             default = "" if plan.call is not None else " (for the checkpoint's default call)"
             print(plan.device_plan.line() + default, file=sys.stderr)
         with status(f"loading {plan.checkpoint.root}", progress):
-            modules = pipeline.load_components(
+            modules = pipeline.family.load_components(
                 info,
                 dtype=plan.dtype,
                 mesh=plan.mesh,
@@ -445,7 +446,7 @@ class Loading:
                 offload_experts=plan.offload_experts,
                 **plan.options,
             )
-        staging.attach(**{n: modules.get(n) for n in pipeline.stageable})
+        staging.attach(**{n: modules.get(n) for n in pipeline.family.stageable})
         load_s = time.perf_counter() - t0
         if stats is not None:
             stats.load_s += load_s
@@ -479,40 +480,46 @@ class Loading:
             pipe._preset_cache = pipe.cache_config
         return pipe
 
-    @classmethod
-    def plan_staging(
-        cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any, text_encoder_dtype: Any = None
-    ) -> Staging:
-        """Which stageable components wait in host memory (:func:`plan_pipeline_staging`), each
-        counted at the dtype it is loaded in."""
-        ckpt = info.checkpoint
-        spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
-        # a folder's reader is opened only where the staging reads headers (a device with a memory
-        # limit: a folder of configs alone plans with no limit); a single file is opened (its
-        # layout and family checked) now, before any weight is read
-        name = info.transformers[0]
-        eager = ckpt.random_weights or name in ckpt.files
-        paths = {"transformer": transformer_source(ckpt, name, spec) if eager else functools.partial(ckpt.reader, name)}
-        paths.update(
-            {
-                n: functools.partial(weights_source, ckpt, n)
-                if ckpt.random_weights
-                else functools.partial(ckpt.reader, n)
-                for n in cls.stageable
-                if ckpt.has(n)
-            }
-        )
-        return plan_pipeline_staging(
-            paths,
-            dtype,
-            parse_dtype(vae_dtype),
-            offload,
-            mesh,
-            blocks_prefixes=spec.block_stacks,
-            weights=ckpt.weights,
-            text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
-            stageable=tuple(cls.stageable),
-        )
+
+def plan_staging(
+    family: type,
+    info: CheckpointInfo,
+    dtype: Any,
+    vae_dtype: Any,
+    offload: Any,
+    mesh: Any,
+    text_encoder_dtype: Any = None,
+) -> Staging:
+    """Which of the stageable components of ``family`` (a
+    :class:`~vidax.pipelines.hooks.FamilyHooks` class) wait in host memory
+    (:func:`plan_pipeline_staging`), each counted at the dtype it is loaded in: the default of
+    ``FamilyHooks.plan_staging``."""
+    ckpt = info.checkpoint
+    spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
+    # a folder's reader is opened only where the staging reads headers (a device with a memory
+    # limit: a folder of configs alone plans with no limit); a single file is opened (its
+    # layout and family checked) now, before any weight is read
+    name = info.transformers[0]
+    eager = ckpt.random_weights or name in ckpt.files
+    paths = {"transformer": transformer_source(ckpt, name, spec) if eager else functools.partial(ckpt.reader, name)}
+    paths.update(
+        {
+            n: functools.partial(weights_source, ckpt, n) if ckpt.random_weights else functools.partial(ckpt.reader, n)
+            for n in family.stageable
+            if ckpt.has(n)
+        }
+    )
+    return plan_pipeline_staging(
+        paths,
+        dtype,
+        parse_dtype(vae_dtype),
+        offload,
+        mesh,
+        blocks_prefixes=spec.block_stacks,
+        weights=ckpt.weights,
+        text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
+        stageable=tuple(family.stageable),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

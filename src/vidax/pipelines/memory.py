@@ -64,7 +64,7 @@ class ModelSize:
         return int(getattr(call, "batch", 1)) * (self.passes or (2 if getattr(call, "do_cfg", False) else 1))
 
 
-#: The setting a refused call names to run it anyway (:meth:`MemoryChecks.check_memory`).
+#: The setting a refused call names to run it anyway (:func:`check_memory`).
 _ANYWAY = Arg("memory_check", python="pipe.memory_check = False")
 
 #: A call whose transformer sequence has more than this many times the tokens of the
@@ -406,18 +406,18 @@ def warn_if_large(cls: type, info: CheckpointInfo, call: Call) -> None:
     """Log a WARNING with :func:`run_size_estimate` when the call's transformer sequence (the
     pipeline class ``cls``'s ``model_size``) has more than :data:`LARGE_RUN_FACTOR` times the
     tokens of the checkpoint's default size."""
-    size = cls.model_size(info, call)
+    size = cls.family.model_size(info, call)
     d = info.defaults
-    base = cls.model_size(
+    base = cls.family.model_size(
         info,
         dataclasses.replace(
-            call, height=d.height, width=d.width, num_frames=cls.resolve_num_frames(info, d.num_frames)
+            call, height=d.height, width=d.width, num_frames=cls.family.resolve_num_frames(info, d.num_frames)
         ),
     )
     if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
         return
     batch = call.batch * (2 if call.do_cfg else 1)
-    elements = int(np.prod(cls.latent_shape(info, call)))
+    elements = int(np.prod(cls.family.latent_shape(info, call)))
     est = run_memory_estimate(size, batch, elements, call.num_frames, call.height, call.width, videos=call.batch)
     logger.warning(
         "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s",
@@ -430,129 +430,125 @@ def warn_if_large(cls: type, info: CheckpointInfo, call: Call) -> None:
     )
 
 
-class MemoryChecks:
-    """A pipeline's memory estimate and check; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
+def memory_estimate(
+    pipeline: type,
+    info: CheckpointInfo,
+    call: Call,
+    *,
+    dtype: Any = "float32",
+    weights: str = "loaded",
+    flash: bool = False,
+    platform: str | None = None,
+) -> MemoryEstimate | None:
+    """Peak memory of ``call`` on the pipeline class ``pipeline`` (:func:`run_memory_estimate`;
+    None where the family gives no ``model_size``), from configs and safetensors headers only.
 
-    @classmethod
-    def memory_estimate(
-        cls,
-        info: CheckpointInfo,
-        call: Call,
-        *,
-        dtype: Any = "float32",
-        weights: str = "loaded",
-        flash: bool = False,
-        platform: str | None = None,
-    ) -> MemoryEstimate | None:
-        """Peak memory of ``call`` (:func:`run_memory_estimate`; None where the family gives no
-        :meth:`model_size`), from configs and safetensors headers only.
+    Args:
+        weights: which parameters to count: ``"loaded"`` none (already in memory), ``"all"``
+            every component's, ``"transformers"`` the denoising transformers' only.
+        flash: attention runs a fused kernel that keeps its tiles on chip (:func:`run_memory_estimate`).
+        platform: the device platform whose :func:`calibration` counts the activations
+            (None: this process's).
+    """
+    size = pipeline.family.model_size(info, call)
+    if size is None:
+        return None
+    dtype = parse_dtype(dtype)
+    names = {"loaded": (), "transformers": tuple(info.transformers), "all": None}[weights]
+    est = run_memory_estimate(
+        size,
+        size.rows(call),
+        int(np.prod(pipeline.family.latent_shape(info, call))),
+        call.num_frames,
+        call.height,
+        call.width,
+        videos=call.batch,
+        dtype_bytes=np.dtype(dtype).itemsize,
+        weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
+        decoded=call.output_type != "latent",
+        flash=flash,
+        calibration=calibration(platform),
+    )
+    # max_sequence_length has no bound but memory (rotary and relative positions, as the references)
+    prompts = call.batch * (2 if call.do_cfg else 1)
+    return dataclasses.replace(est, text=text_encoding_bytes(info, prompts, call.max_sequence_length))
 
-        Args:
-            weights: which parameters to count: ``"loaded"`` none (already in memory), ``"all"``
-                every component's, ``"transformers"`` the denoising transformers' only.
-            flash: attention runs a fused kernel that keeps its tiles on chip (:func:`run_memory_estimate`).
-            platform: the device platform whose :func:`calibration` counts the activations
-                (None: this process's).
-        """
-        size = cls.model_size(info, call)
-        if size is None:
-            return None
-        dtype = parse_dtype(dtype)
-        names = {"loaded": (), "transformers": tuple(info.transformers), "all": None}[weights]
-        est = run_memory_estimate(
-            size,
-            size.rows(call),
-            int(np.prod(cls.latent_shape(info, call))),
-            call.num_frames,
-            call.height,
-            call.width,
-            videos=call.batch,
-            dtype_bytes=np.dtype(dtype).itemsize,
-            weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
-            decoded=call.output_type != "latent",
-            flash=flash,
-            calibration=calibration(platform),
-        )
-        # max_sequence_length has no bound but memory (rotary and relative positions, as the references)
-        prompts = call.batch * (2 if call.do_cfg else 1)
-        return dataclasses.replace(est, text=text_encoding_bytes(info, prompts, call.max_sequence_length))
 
-    @classmethod
-    def check_memory(
-        cls,
-        info: CheckpointInfo,
-        call: Call,
-        *,
-        dtype: Any = "float32",
-        loaded: bool = True,
-        refuse: bool = True,
-        devices: int = 1,
-        offload: Any = None,
-        available: tuple[int, str] | None = None,
-        vae_tiling: bool = False,
-        anyway: Arg | None = _ANYWAY,
-        also: str | None = None,
-    ) -> MemoryEstimate | None:
-        """Refuse ``call`` when its :meth:`memory_estimate` exceeds the memory there is
-        (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
-        estimate and the largest height x width that fits; with ``refuse=False`` log that as a
-        WARNING and go on. A call that fits but is far beyond the checkpoint's default size gets
-        :func:`warn_if_large`'s WARNING.
+def check_memory(
+    pipeline: type,
+    info: CheckpointInfo,
+    call: Call,
+    *,
+    dtype: Any = "float32",
+    loaded: bool = True,
+    refuse: bool = True,
+    devices: int = 1,
+    offload: Any = None,
+    available: tuple[int, str] | None = None,
+    vae_tiling: bool = False,
+    anyway: Arg | None = _ANYWAY,
+    also: str | None = None,
+) -> MemoryEstimate | None:
+    """Refuse ``call`` on the pipeline class ``pipeline`` when its :func:`memory_estimate` exceeds the memory there is
+    (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
+    estimate and the largest height x width that fits; with ``refuse=False`` log that as a
+    WARNING and go on. A call that fits but is far beyond the checkpoint's default size gets
+    :func:`warn_if_large`'s WARNING.
 
-        Where the VAE can decode in tiles and the untiled decode does not fit, the tiled decode
-        is counted: the estimate returned then has ``vae_tiling`` set (the caller turns tiling
-        on) and a WARNING line says so.
+    Where the VAE can decode in tiles and the untiled decode does not fit, the tiled decode
+    is counted: the estimate returned then has ``vae_tiling`` set (the caller turns tiling
+    on) and a WARNING line says so.
 
-        Args:
-            loaded: the weights are in memory already (else they are counted: all of them in host
-                RAM; on a device with its own memory the transformers', none with ``offload``).
-            devices: devices of the mesh; a device with its own memory holds 1/devices of it.
-            vae_tiling: tiling is on already (the tiled decode is counted from the start).
-            anyway: the setting that runs a refused call anyway, named at the end of the error
-                (None: none, where the caller cannot change it: a server's request).
-            also: what else to try, after "or try fewer num_frames" (where the caller can
-                change that); None: a load's ``", bfloat16, offloading"`` (bfloat16 left out
-                where ``dtype`` is 16-bit already). Where the weights alone are more than there
-                is, neither the size nor the frames are offered: only these.
+    Args:
+        loaded: the weights are in memory already (else they are counted: all of them in host
+            RAM; on a device with its own memory the transformers', none with ``offload``).
+        devices: devices of the mesh; a device with its own memory holds 1/devices of it.
+        vae_tiling: tiling is on already (the tiled decode is counted from the start).
+        anyway: the setting that runs a refused call anyway, named at the end of the error
+            (None: none, where the caller cannot change it: a server's request).
+        also: what else to try, after "or try fewer num_frames" (where the caller can
+            change that); None: a load's ``", bfloat16, offloading"`` (bfloat16 left out
+            where ``dtype`` is 16-bit already). Where the weights alone are more than there
+            is, neither the size nor the frames are offered: only these.
 
-        Raises:
-            OutOfMemoryError: the estimate is more than the memory there is (and ``refuse``).
-        """
-        free, what = available or available_memory()
-        if also is None:
-            also = ", offloading" if jnp.dtype(dtype).itemsize == 2 else ", bfloat16, offloading"
-        host = not what.startswith("free device memory")
-        weights = "loaded" if loaded else "all" if host else "loaded" if offload is not None else "transformers"
-        share = 1 if host else max(1, devices)
+    Raises:
+        OutOfMemoryError: the estimate is more than the memory there is (and ``refuse``).
+    """
+    free, what = available or available_memory()
+    if also is None:
+        also = ", offloading" if jnp.dtype(dtype).itemsize == 2 else ", bfloat16, offloading"
+    host = not what.startswith("free device memory")
+    weights = "loaded" if loaded else "all" if host else "loaded" if offload is not None else "transformers"
+    share = 1 if host else max(1, devices)
 
-        def need(c: Call) -> MemoryEstimate | None:
-            est = cls.memory_estimate(info, c, dtype=dtype, weights=weights)
-            if est is None or (est.total / share <= free and not vae_tiling):
-                return est
-            return est.with_tiling() or est
-
-        est = need(call)
-        if est is None or est.total / share <= free:
-            if est is not None and est.vae_tiling and not vae_tiling:
-                logger.warning(
-                    "%s: an untiled VAE decode would not fit in the %s of %s; decoding in tiles (peak %s)",
-                    size_words(call),
-                    _gib(free),
-                    what,
-                    est.describe(),
-                )
-            warn_if_large(cls, info, call)
+    def need(c: Call) -> MemoryEstimate | None:
+        est = memory_estimate(pipeline, info, c, dtype=dtype, weights=weights)
+        if est is None or (est.total / share <= free and not vae_tiling):
             return est
-        per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
-        needs = f"needs {est.describe()}{per}, more than the {_gib(free)} of {what}"
-        if est.weights / share > free and also:  # no size makes room: the weights must shrink or move
-            msg = _weights_too_large(call, needs, dtype, host)
-        else:
-            msg = _what_fits(info, call, needs, lambda c: need(c).total / share <= free, est, also)
-        if refuse:
-            raise OutOfMemoryError(msg, *((" (to run it anyway: ", anyway, ")") if anyway is not None else ()))
-        logger.warning("%s; running it anyway", msg)
+        return est.with_tiling() or est
+
+    est = need(call)
+    if est is None or est.total / share <= free:
+        if est is not None and est.vae_tiling and not vae_tiling:
+            logger.warning(
+                "%s: an untiled VAE decode would not fit in the %s of %s; decoding in tiles (peak %s)",
+                size_words(call),
+                _gib(free),
+                what,
+                est.describe(),
+            )
+        warn_if_large(pipeline, info, call)
         return est
+    per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
+    needs = f"needs {est.describe()}{per}, more than the {_gib(free)} of {what}"
+    if est.weights / share > free and also:  # no size makes room: the weights must shrink or move
+        msg = _weights_too_large(call, needs, dtype, host)
+    else:
+        msg = _what_fits(info, call, needs, lambda c: need(c).total / share <= free, est, also)
+    if refuse:
+        raise OutOfMemoryError(msg, *((" (to run it anyway: ", anyway, ")") if anyway is not None else ()))
+    logger.warning("%s; running it anyway", msg)
+    return est
 
 
 def _weights_too_large(call: Call, needs: str, dtype: Any, host: bool) -> Message:

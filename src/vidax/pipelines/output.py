@@ -106,8 +106,8 @@ def check_decodable(call: Call, latents: jax.Array, kept: Callable[[], np.ndarra
 
 def decode_video(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> np.ndarray:
     """Frames float32 (B, F, H, W, 3) in [0, 1] of ``pipe``'s final video latents through the VAE
-    contract (``pipe.vae``; the default of ``pipe.decode``): its own latent de-normalisation
-    (then ``pipe.latents_to_decode`` / ``decode_input`` / ``decode_kwargs``), then its chunks
+    contract (``pipe.vae``; the default of ``pipe.hooks.decode``): its own latent de-normalisation
+    (then the hooks' ``latents_to_decode`` / ``decode_input`` / ``decode_kwargs``), then its chunks
     decoded one by one (each moved to the host as it ends); ``call.cancel`` is asked before each
     chunk.
 
@@ -123,9 +123,9 @@ def decode_video(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> 
             matmul_precision(pipe.vae_matmul_precision),
         ):
             # De-normalised with the VAE on the device: its statistics may be checkpoint buffers.
-            z = pipe.decode_input(call, pipe.vae.denormalize_latents(pipe.latents_to_decode(call, latents)))
+            z = pipe.hooks.decode_input(call, pipe.vae.denormalize_latents(pipe.hooks.latents_to_decode(call, latents)))
             n = pipe.vae.decode_chunks(z)
-            decoded = iter(pipe.vae.iter_decode(z, **pipe.decode_kwargs(call)))
+            decoded = iter(pipe.vae.iter_decode(z, **pipe.hooks.decode_kwargs(call)))
             with progress_bar(n, "vae decode", disable=not call.progress, unit="chunk") as bar:
                 while True:
                     if call.cancel is not None and len(chunks) < n and call.cancel():
@@ -156,21 +156,22 @@ def decode_audio(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> 
     Raises:
         NumericalError: the decoded sound holds NaN/Inf.
     """
-    decoder = getattr(pipe, pipe.audio_decoder_name)
-    vocoder = getattr(pipe, pipe.vocoder_name, None) if pipe.vocoder_name else None
+    decoder = getattr(pipe, pipe.family.audio_decoder_name)
+    vocoder_name = pipe.family.vocoder_name
+    vocoder = getattr(pipe, vocoder_name, None) if vocoder_name else None
     with stats.timed("audio_decode_s"), status("decoding the sound", call.progress):
         if call.cancel is not None and call.cancel():
             raise Cancelled(f"before the audio decode (all {call.num_inference_steps} denoising steps done)")
         # De-normalised with the decoder on the device: its statistics may be checkpoint tensors.
         out = encode_with(
             pipe,
-            pipe.audio_decoder_name,
+            pipe.family.audio_decoder_name,
             lambda z: decoder.decode(decoder.denormalize_latents(z)),
-            pipe.audio_latents_to_decode(call, latents),
+            pipe.hooks.audio_latents_to_decode(call, latents),
         )
         check_finite("the audio decode", out, nnx.state(decoder, nnx.Param))
         if vocoder is not None:
-            out = encode_with(pipe, pipe.vocoder_name, vocoder, out)
+            out = encode_with(pipe, vocoder_name, vocoder, out)
             check_finite("the vocoder", out, nnx.state(vocoder, nnx.Param))
             rate = vocoder.sample_rate
         else:

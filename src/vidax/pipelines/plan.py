@@ -33,7 +33,7 @@ class Plan:
     Attributes:
         checkpoint: the opened checkpoint (with its weight format, :func:`with_weights`).
         pipeline: the pipeline class that runs it.
-        info: what the checkpoint is (``pipeline.read_checkpoint``, read once).
+        info: what the checkpoint is (``pipeline.family.read_checkpoint``, read once).
         dtype: the transformer / text encoder dtype (a jnp dtype).
         matmul_precision: ``"highest"``, ``"high"`` or ``"default"``; None: not given
             (``"highest"``, the VAE decode of a bfloat16 run ``"high"``: :mod:`vidax.nn.precision`).
@@ -133,17 +133,19 @@ def read_plan(
     checkpoint = path if isinstance(path, Checkpoint) else Checkpoint.open(resolve_named_checkpoint(path))
     checkpoint = with_random_weights(with_weights(checkpoint, weight_dtype, transformer), random_weights)
     cls = pipeline or pipeline_class(checkpoint)
-    if not hasattr(cls, "read_checkpoint"):  # not a VideoPipeline (LTX-2.5's diffusion decoder): it says how to run it
+    if not hasattr(cls, "family"):  # not a VideoPipeline (LTX-2.5's diffusion decoder): it says how to run it
         cls.for_task(checkpoint, task or "t2v")
-    info = cls.read_checkpoint(checkpoint)
+    info = cls.family.read_checkpoint(checkpoint)
     if pipeline is None and task is not None:
         chosen = cls.for_task(checkpoint, task, info)
-        if chosen.read_checkpoint.__func__ is not cls.read_checkpoint.__func__:  # a task class of its own configs
-            info = chosen.read_checkpoint(checkpoint)
+        if (
+            chosen.family.read_checkpoint.__func__ is not cls.family.read_checkpoint.__func__
+        ):  # a task class of its own configs
+            info = chosen.family.read_checkpoint(checkpoint)
         cls = chosen
-    if task is None and cls.task not in info.tasks:
+    if task is None and cls.family.task not in info.tasks:
         raise ConfigError(
-            f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
+            f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.family.task]} "
             f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))"
         )
     return Plan(checkpoint, cls, info)

@@ -79,17 +79,18 @@ class Preset:
 
     def cache_config(self, pipeline: type, num_inference_steps: int) -> Any:
         """The step cache config of :attr:`cache` (None: none), checked against ``pipeline``
-        (:meth:`~vidax.pipelines.caching.StepCaching.check_cache_kind`, configs only).
+        (:func:`~vidax.pipelines.caching.check_cache_kind`, configs only).
 
         Raises:
             InputError: the family's reference cannot hook this cache (naming the preset).
         """
+        from vidax.pipelines.caching import check_cache_kind
         from vidax.pipelines.step_cache import parse_cache_option
 
         if self.cache is None:
             return None
         config = parse_cache_option(self.cache, num_inference_steps, name=f"preset {self.name}: cache")
-        pipeline.check_cache_kind(config, f"preset {self.name!r} (cache {self.cache})")
+        check_cache_kind(pipeline, config, f"preset {self.name!r} (cache {self.cache})")
         return config
 
 
@@ -269,8 +270,8 @@ def _not_for(preset: Preset, pipeline: type) -> str | None:
     missing = [k for k in preset.call if k not in pipeline.call_args()]
     if missing:
         return f"sets {', '.join(missing)}, which {pipeline.__name__} does not take"
-    if preset.tasks and pipeline.task not in preset.tasks:
-        return f"is a recipe for {', '.join(preset.tasks)}; {pipeline.__name__} does {pipeline.task}"
+    if preset.tasks and pipeline.family.task not in preset.tasks:
+        return f"is a recipe for {', '.join(preset.tasks)}; {pipeline.__name__} does {pipeline.family.task}"
     return None
 
 
@@ -307,7 +308,7 @@ def preset_scheduler(preset: Preset | None, pipeline: type, checkpoint: Any) -> 
     config = dict(checkpoint.config("scheduler"))
     settings = {k: v for k, v in preset.scheduler.items() if k != "_class_name"}
     name = preset.scheduler.get("_class_name", config.get("_class_name"))
-    allowed = getattr(pipeline, "scheduler_classes", None)
+    allowed = pipeline.family.scheduler_classes
     if allowed is not None and name not in allowed:
         raise InputError(f"preset {preset.name!r} samples with {name}; {pipeline.__name__} runs {' or '.join(allowed)}")
     if name == config.get("_class_name"):

@@ -78,35 +78,24 @@ def text_truncation(call: Call, offset: int = 0) -> Truncation:
 
 
 def call_embeds(pipe: Any, call: Call) -> Any:
-    """The call's text embeddings before the per-video repeat: ``pipe.encode_call``, or, with
-    ``prompt_embeds=`` (:attr:`Call.prompt_parts`), ``pipe.context_of_parts`` of the given
+    """The call's text embeddings before the per-video repeat: ``pipe.hooks.encode_call``, or, with
+    ``prompt_embeds=`` (:attr:`Call.prompt_parts`), ``pipe.hooks.context_of_parts`` of the given
     arrays, the negative ones given or encoded from the negative texts when CFG runs."""
     if call.prompt_parts is None:
-        return pipe.encode_call(call)
+        return pipe.hooks.encode_call(call)
     parts = tuple(jnp.asarray(p) for p in call.prompt_parts)
     if call.do_cfg:
         negatives = call.negative_parts
         if negatives is None:
-            negatives = pipe.encode_prompt_parts(
+            negatives = pipe.hooks.encode_prompt_parts(
                 dataclasses.replace(call, prompts=call.negatives, cfg=False, given=call.given - {"negative_prompt"})
             )
         parts = tuple(jnp.concatenate([p, jnp.asarray(n).astype(p.dtype)]) for p, n in zip(parts, negatives))
-    return pipe.context_of_parts(parts)
+    return pipe.hooks.context_of_parts(parts)
 
 
 class PromptEncoding:
     """A pipeline's prompt encoding; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
-
-    def encode_prompt_parts(self, call: Call) -> tuple:
-        """The arrays of :attr:`prompt_embeds_args` (diffusers' ``encode_prompt``'s) for
-        :func:`prompt_texts` of ``call``, batch first: :meth:`encode_call` by default."""
-        out = self.encode_call(call)
-        return out if isinstance(out, tuple) else (out,)
-
-    def context_of_parts(self, parts: tuple) -> Any:
-        """What :meth:`encode_call` returns, from :meth:`encode_prompt_parts`'s arrays (the
-        arrays themselves by default; LTX-2 runs its text connectors on them)."""
-        return parts if len(parts) > 1 else parts[0]
 
     def encode_prompt_embeds(self, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> dict:
         """Encode the prompts once, to pass to later calls (diffusers' ``encode_prompt``, whose
@@ -125,23 +114,18 @@ class PromptEncoding:
         Raises:
             InputError: an invalid argument; a pipeline that takes no ``prompt_embeds``.
         """
-        if not self.prompt_embeds_args:
+        if not self.family.prompt_embeds_args:
             raise InputError(
                 f"{type(self).__name__} takes no ", Arg("prompt_embeds"), " (its diffusers pipeline takes none)"
             )
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
-        parts = self.encode_prompt_parts(call)
+        parts = self.hooks.encode_prompt_parts(call)
         b = len(call.prompts)
-        out = {n: np.asarray(p[:b]) for n, p in zip(self.prompt_embeds_args, parts)}
+        names = self.family.prompt_embeds_args
+        out = {n: np.asarray(p[:b]) for n, p in zip(names, parts)}
         if call.do_cfg:
-            out.update({"negative_" + n: np.asarray(p[b:]) for n, p in zip(self.prompt_embeds_args, parts)})
+            out.update({"negative_" + n: np.asarray(p[b:]) for n, p in zip(names, parts)})
         return out
-
-    def encode_call(self, call: Call) -> Any:
-        """The call's text embeddings before the per-video repeat: :func:`encode_prompts` of
-        :func:`prompt_texts`; a family whose prompt encoding also reads the call (an image
-        spliced into the text encoder's sequence) overrides it."""
-        return encode_prompts(self, prompt_texts(call), call.max_sequence_length, text_truncation(call))
 
     def encode_prompt(self, *args: Any, **kwargs: Any) -> None:
         """diffusers' ``pipe.encode_prompt(prompt, negative_prompt, ...)``: vidax's is
@@ -163,7 +147,7 @@ def encode_prompts(
     """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (``pipe``'s family hook
     ``encode_text``), a staged text encoder placed on the device for the call only;
     ``truncation``: how a too-long prompt is named in the warning (:func:`text_truncation`)."""
-    return encode_with(pipe, "text_encoder", pipe.encode_text, list(prompts), max_sequence_length, truncation)
+    return encode_with(pipe, "text_encoder", pipe.hooks.encode_text, list(prompts), max_sequence_length, truncation)
 
 
 def encode_with(pipe: Any, name: str, fn: Callable, *args: Any) -> Any:

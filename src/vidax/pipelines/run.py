@@ -23,7 +23,7 @@ from vidax.parallel.offload import offloaded_stacks
 from vidax.pipelines.call import Call
 from vidax.pipelines.common import VideoPipelineOutput, status
 from vidax.pipelines.experts import segments
-from vidax.pipelines.memory import _gib, available_memory, size_words
+from vidax.pipelines.memory import _gib, available_memory, check_memory, size_words
 from vidax.pipelines.output import check_decodable, check_finite, decode_audio, finite_array, frames_as_pil
 from vidax.pipelines.prompts import call_embeds
 from vidax.pipelines.sampling import LoopHooks, restore_denoising_state, run_denoising_loop
@@ -90,7 +90,7 @@ def warn_if_data_axis_idle(mesh: Any, call: Call) -> None:
 
 def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
     """Run a checked :class:`Call` on ``pipe`` (its :meth:`~vidax.pipelines.base.VideoPipeline.generate`),
-    refused first when it cannot fit (``pipe.check_memory``).
+    refused first when it cannot fit (:func:`~vidax.pipelines.memory.check_memory`).
 
     Raises:
         OutOfMemoryError: the call's memory estimate is more than there is (before any work),
@@ -99,14 +99,15 @@ def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
             the message also names those of large scale (past
             :data:`vidax.lora.adapters.LARGE_SCALE`), a likely cause.
     """
-    pipe.check_components()
+    pipe.hooks.check_components()
     check_cache_call(pipe.cache_config, call.num_inference_steps)
     warn_if_data_axis_idle(pipe.mesh, call)
     tiling = getattr(pipe.vae, "use_tiling", False)
     est = (
         None
         if pipe.memory_check is None
-        else pipe.check_memory(
+        else check_memory(
+            type(pipe),
             pipe.info,
             call,
             dtype=pipe.dtype,
@@ -164,7 +165,7 @@ def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
 
 def run_call(pipe: Any, call: Call, phase: list) -> VideoPipelineOutput:
     """The walk of a checked call through ``pipe``'s hooks: the prompt encoding, the conditioning,
-    the initial noise, ``pipe.denoise``, the final latents, the decode (video, then sound);
+    the initial noise, ``pipe.hooks.denoise``, the final latents, the decode (video, then sound);
     ``phase[0]`` names the part running (for an out-of-memory message)."""
     t0 = time.perf_counter()
     # The load is reported by the first call that completes.
@@ -191,24 +192,24 @@ def run_call(pipe: Any, call: Call, phase: list) -> VideoPipelineOutput:
     stats.stage_estimates = stage_estimates(pipe.device_plan, call)
     if call.cancel is not None and call.cancel():
         raise Cancelled("after encoding the prompt")
-    cond = pipe.condition(call, stats)
-    x = pipe.prepare_latents(call, pipe.initial_noise(call), cond)
-    state = pipe.set_timesteps(call, x)
+    cond = pipe.hooks.condition(call, stats)
+    x = pipe.hooks.prepare_latents(call, pipe.hooks.initial_noise(call), cond)
+    state = pipe.hooks.set_timesteps(call, x)
     phase[0] = "denoising loop"
-    x, state = pipe.denoise(call, x, state, embeds, cond, stats)
+    x, state = pipe.hooks.denoise(call, x, state, embeds, cond, stats)
     stats.sample_stage("steps")
     check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x, pipe.dtype)
-    x = pipe.final_latents(call, x, cond)
-    video, streams = (x, {}) if not isinstance(x, dict) else (x[pipe.latent_streams[0]], x)
-    audio = streams.get(pipe.audio_stream) if pipe.audio_stream is not None else None
+    x = pipe.hooks.final_latents(call, x, cond)
+    video, streams = (x, {}) if not isinstance(x, dict) else (x[pipe.family.latent_streams[0]], x)
+    audio = streams.get(pipe.family.audio_stream) if pipe.family.audio_stream is not None else None
     rate = None
     if call.output_type == "latent":
-        frames = pipe.latents_output(video)
-        audio = None if audio is None else pipe.audio_latents_output(audio)
+        frames = pipe.hooks.latents_output(video)
+        audio = None if audio is None else pipe.hooks.audio_latents_output(audio)
     else:
         phase[0] = "VAE decode"
-        check_decodable(call, video, lambda: pipe.latents_output(video))
-        frames = pipe.decode(call, video, stats)
+        check_decodable(call, video, lambda: pipe.hooks.latents_output(video))
+        frames = pipe.hooks.decode(call, video, stats)
         if audio is not None and call.decode_audio:
             phase[0] = "audio decode"
             audio, rate = decode_audio(pipe, call, audio, stats)
@@ -277,16 +278,16 @@ class Denoiser:
     def __init__(self, experts: Any, mesh: Any = None):
         self.experts = experts
         self.mesh = mesh
-        #: The compiled steps, keyed by CFG, the transformer's structure, the family's step key,
+        #: The compiled steps, keyed by CFG, the transformer's structure, the pipe's step key,
         #: the streamed stacks and the step cache's spec.
         self.step_fns: dict[Any, Any] = {}
 
-    def segments(self, family: Any, call: Call, x: Any, state: Any, embeds: Any, cond: dict, stats: RunStats) -> tuple:
+    def segments(self, pipe: Any, call: Call, x: Any, state: Any, embeds: Any, cond: dict, stats: RunStats) -> tuple:
         """``(latents, state)`` after every step of ``call``, each run by the expert
-        ``family.expert_plan`` picks; the steps of one expert run as one :func:`run_denoising_loop`
-        (its parameters on the device only meanwhile). The default of ``family.denoise``."""
-        total = int(family.step_state(state).num_inference_steps)
-        plan = family.expert_plan(state)
+        ``pipe.hooks.expert_plan`` picks; the steps of one expert run as one :func:`run_denoising_loop`
+        (its parameters on the device only meanwhile). The default of ``pipe.hooks.denoise``."""
+        total = int(pipe.hooks.step_state(state).num_inference_steps)
+        plan = pipe.hooks.expert_plan(state)
         done, resume_cache = 0, None
         if call.resume is not None:
             done, (x, state) = call.resume[0], restore_denoising_state(call.resume[1], (x, state))
@@ -299,17 +300,17 @@ class Denoiser:
             # experts of one architecture reuse one compiled step.
             x, state = jax.device_put((x, state), jax.local_devices()[0])
         for expert, count in segments(plan[done:]):
-            inputs, axes = family.step_args(call, embeds, cond, state, expert)
+            inputs, axes = pipe.hooks.step_args(call, embeds, cond, state, expert)
             x, state = self.run_expert(
-                family, expert, call, x, state, (inputs,), (axes,), (count, done, total), stats, resume_cache
+                pipe, expert, call, x, state, (inputs,), (axes,), (count, done, total), stats, resume_cache
             )
             done, resume_cache = done + count, None
         return x, state
 
-    def run_expert(self, family, expert, call, x, state, args, arg_axes, steps, stats, resume_cache=None):
+    def run_expert(self, pipe, expert, call, x, state, args, arg_axes, steps, stats, resume_cache=None):
         """``(latents, state)`` after ``steps`` = ``(count, done, total)``: ``count`` steps of
         ``expert`` from step ``done`` of ``total``, the step inputs ``args`` (their logical axes
-        ``arg_axes``) from ``family.step_args``. ``resume_cache``: (the step cache's saved
+        ``arg_axes``) from ``pipe.hooks.step_args``. ``resume_cache``: (the step cache's saved
         CacheState or None, whether it goes on here) for the first segment of a resumed call."""
         # The expert's device parameters live only in this frame, so they are released before
         # the next segment asks for the other expert.
@@ -317,11 +318,11 @@ class Denoiser:
         params = self.experts.params(expert)
         module = self.experts.modules[expert]
         if stats.cpu_matmul is None:
-            stats.cpu_matmul = describe_matmul(module, family.dtype)
-        cache = self.step_cache(family, call, expert, total, stats)
-        step = self.step_fn(family, call.do_cfg, expert, None if cache is None else cache.spec)
+            stats.cpu_matmul = describe_matmul(module, pipe.dtype)
+        cache = self.step_cache(pipe, call, expert, total, stats)
+        step = self.step_fn(pipe, call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
-        step_end = None if call.step_end is None else self.step_end_hook(family, call, state, done)
+        step_end = None if call.step_end is None else self.step_end_hook(pipe, call, state, done)
         on_state = None
         if call.on_state is not None and cache is None:
             on_state = lambda i, latents, st: call.on_state(done + i + 1, latents, st)  # noqa: E731
@@ -337,7 +338,7 @@ class Denoiser:
             shapes = step_shapes(
                 module,
                 params,
-                lambda _p, lat, st, inputs: family.model_args(lat, st, inputs, call.do_cfg),
+                lambda _p, lat, st, inputs: pipe.hooks.model_args(lat, st, inputs, call.do_cfg),
                 x,
                 state,
                 args,
@@ -356,7 +357,7 @@ class Denoiser:
             cancel=call.cancel,
             cache=cache,
             on_step_end=step_end,
-            interrupt=lambda: family._interrupt,
+            interrupt=lambda: pipe._interrupt,
             on_state=on_state,
             first_step=done,
             total_steps=total,
@@ -366,29 +367,29 @@ class Denoiser:
         )
         return (x, state.sched) if cache is not None else (x, state)
 
-    def step_cache(self, family: Any, call: Call, expert: int, total: int, stats: RunStats) -> StepCache | None:
-        """The step cache of ``expert``'s segment (``family.cache_config``; None: uncached), one
-        state per CFG branch where ``family.separate_cfg_passes``."""
-        config = family.cache_config
+    def step_cache(self, pipe: Any, call: Call, expert: int, total: int, stats: RunStats) -> StepCache | None:
+        """The step cache of ``expert``'s segment (``pipe.cache_config``; None: uncached), one
+        state per CFG branch where ``pipe.family.separate_cfg_passes``."""
+        config = pipe.cache_config
         module = self.experts.modules[expert]
         if config is None or (isinstance(config, TaylorSeerCacheConfig) and taylorseer_mode(config, module) == "none"):
             return None
         if stats.cache is None:
             stats.cache = CacheReport(describe_config(config), module.num_blocks())
-        branches = 2 if call.do_cfg and family.separate_cfg_passes else 1
+        branches = 2 if call.do_cfg and pipe.family.separate_cfg_passes else 1
         return StepCache(config, module, branches, total, stats.cache)
 
-    def step_end_hook(self, family: Any, call: Call, state: Any, done: int) -> Callable:
+    def step_end_hook(self, pipe: Any, call: Call, state: Any, done: int) -> Callable:
         """diffusers' ``callback_on_step_end(pipe, i, t, {"latents": ...})`` after step ``done + i``
-        (``pipe``: ``family``), its returned ``"latents"`` put back in the loop's layout, dtype and
+        (``pipe``: the pipeline), its returned ``"latents"`` put back in the loop's layout, dtype and
         sharding."""
-        timesteps = np.asarray(family.step_state(state).timesteps)
-        first = family.latent_streams[0]
+        timesteps = np.asarray(pipe.hooks.step_state(state).timesteps)
+        first = pipe.family.latent_streams[0]
 
         def hook(i: int, latents: Any) -> Any:
             x = latents[first] if isinstance(latents, dict) else latents
-            view = jnp.array(family.loop_latents_to_diffusers(x))  # a copy: the loop donates its buffers
-            out = call.step_end(family, done + i, jnp.asarray(timesteps[done + i]), {"latents": view})
+            view = jnp.array(pipe.hooks.loop_latents_to_diffusers(x))  # a copy: the loop donates its buffers
+            out = call.step_end(pipe, done + i, jnp.asarray(timesteps[done + i]), {"latents": view})
             if not isinstance(out, Mapping) or out.get("latents") is None:
                 return None
             new = finite_array("callback_on_step_end's returned latents", out["latents"])
@@ -397,18 +398,20 @@ class Denoiser:
                     f"callback_on_step_end returned latents of shape {tuple(new.shape)}; they must keep "
                     f"the shape it was given, {tuple(view.shape)}"
                 )
-            new = jax.device_put(family.loop_latents_from_diffusers(jnp.asarray(new), x).astype(x.dtype), x.sharding)
+            new = jax.device_put(
+                pipe.hooks.loop_latents_from_diffusers(jnp.asarray(new), x).astype(x.dtype), x.sharding
+            )
             return {**latents, first: new} if isinstance(latents, dict) else new
 
         return hook
 
-    def step_fn(self, family: Any, do_cfg: bool, expert: int = 0, cache: CacheSpec | None = None):
+    def step_fn(self, pipe: Any, do_cfg: bool, expert: int = 0, cache: CacheSpec | None = None):
         """The step ``(params, latents, state, inputs) -> (latents, state)`` of ``expert`` with
-        ``family``'s step hooks: one jit (latents donated), or a
+        ``pipe``'s step hooks: one jit (latents donated), or a
         :class:`~vidax.parallel.chunked_step.ChunkedStep` when its blocks are streamed from host
         memory (every declared stack). Experts of one structure share one trace. The latents
         (float32) and the scheduler state come back in the dtypes they went in: the guided
-        prediction is upcast to the latents' dtype before ``family.scheduler_update``, and
+        prediction is upcast to the latents' dtype before ``pipe.hooks.scheduler_update``, and
         :func:`check_step_dtypes` raises TypeError at trace time for a step that changes one.
         With a step ``cache`` (:class:`~vidax.pipelines.step_cache.CacheSpec`) the state is a
         :class:`~vidax.pipelines.step_cache.CacheCarry` and the model runs as ``embed``, then
@@ -416,31 +419,31 @@ class Denoiser:
         module = self.experts.modules[expert]
         graphdef = nnx.graphdef(module)
         stacks = offloaded_stacks(module)
-        key = (do_cfg, graphdef, family.step_key(), len(stacks), cache)
+        key = (do_cfg, graphdef, pipe.hooks.step_key(), len(stacks), cache)
         if key in self.step_fns:
             fn = self.step_fns[key]
             return fn.for_blocks(stacks) if stacks else fn
-        gdtype = family.guidance_dtype
+        gdtype = pipe.family.guidance_dtype
 
         def model_args(latents, state, inputs):
-            return family.model_args(latents, state, inputs, do_cfg)
+            return pipe.hooks.model_args(latents, state, inputs, do_cfg)
 
         def finish(pred, latents, state, inputs):
             if isinstance(latents, dict) and isinstance(pred, (tuple, list)):
                 # a model of several streams predicts them in the order of latent_streams (a dict
                 # through jax comes back with its keys sorted)
                 # (streams the call does not run, e.g. Cosmos 3's sound without enable_sound, left out)
-                pred = {k: p for k, p in zip(family.latent_streams, pred) if k in latents}
+                pred = {k: p for k, p in zip(pipe.family.latent_streams, pred) if k in latents}
             if do_cfg:
-                pred = family.guide(
+                pred = pipe.hooks.guide(
                     pred if gdtype is None else jax.tree.map(lambda p: p.astype(gdtype), pred), state, inputs
                 )
             # The scheduler updates the latents in their own dtype (float32): a bfloat16 prediction
             # is upcast first, so the update is not rounded to bfloat16 (schedulers return the
             # prediction's dtype, as diffusers'). Several streams: each stream's own.
             pred = jax.tree.map(lambda p, x: p.astype(x.dtype), pred, latents)
-            new = family.scheduler_update(state, pred, latents, inputs)
-            check_step_dtypes(type(family).__name__, (latents, state), new)
+            new = pipe.hooks.scheduler_update(state, pred, latents, inputs)
+            check_step_dtypes(type(pipe).__name__, (latents, state), new)
             return new
 
         def step(params, latents, state, inputs):

@@ -12,12 +12,13 @@ presets, and the configs-only functions of a call: :meth:`FamilySpec.check_call`
 (:mod:`vidax.pipelines.staging`). The :class:`~vidax.pipelines.plan.Plan` holds it
 (``plan.spec``): every check of a load and a call before weights runs from it.
 
-A family declares what it is on its pipeline class, in one place: the class attributes
-(``task``, ``call_options``, ``unsupported_call_args``, ``latent_streams``, ``audio_stream``,
-``stageable``, ``scheduler_classes``, ``prompt_embeds_args``) and the class-level hooks of
-:class:`~vidax.pipelines.hooks.FamilyHooks` (``read_checkpoint``, ``resolve_num_frames``,
-``check_family_call``, ``latent_shape(s)``, ``size_limits``, ``model_size``,
-``text_token_limit``, ``check_schedule``); :meth:`FamilySpec.of` reads them once.
+A family declares what it is in one place, its hooks class (the pipeline class's ``family``,
+:class:`~vidax.pipelines.hooks.FamilyHooks`): the class attributes (``task``, ``call_options``,
+``unsupported_call_args``, ``latent_streams``, ``audio_stream``, ``stageable``,
+``scheduler_classes``, ``prompt_embeds_args``) and the class-level hooks (``read_checkpoint``,
+``check_call``, ``resolve_num_frames``, ``check_family_call``, ``latent_shape(s)``,
+``size_limits``, ``model_size``, ``text_token_limit``, ``check_schedule``); :meth:`FamilySpec.of`
+reads them once.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class FamilySpec:
 
     Attributes:
         pipeline: the vidax pipeline class that runs the checkpoint (its runtime side).
-        info: the checkpoint's :class:`~vidax.checkpoint.CheckpointInfo` (``pipeline.read_checkpoint``).
+        info: the checkpoint's :class:`~vidax.checkpoint.CheckpointInfo` (``pipeline.family.read_checkpoint``).
         family: the registering family's name (``"wan"``, its folder's).
         task: the task the class is for (``"t2v"``, ``"i2v"``).
         diffusers_classes: the diffusers pipeline classes (``model_index.json`` ``_class_name``)
@@ -140,17 +141,17 @@ class FamilySpec:
             pipeline=pipeline,
             info=info,
             family=family,
-            task=pipeline.task,
+            task=pipeline.family.task,
             diffusers_classes=diffusers_classes(pipeline),
             components=_components(pipeline, info),
             options=tuple(pipeline.options()),
-            unsupported_call_args=tuple(pipeline.unsupported_call_args),
+            unsupported_call_args=tuple(pipeline.family.unsupported_call_args),
             defaults=info.defaults,
-            latent_streams=tuple(pipeline.latent_streams),
-            audio_stream=pipeline.audio_stream,
-            stageable=tuple(pipeline.stageable),
-            scheduler_classes=pipeline.scheduler_classes,
-            prompt_embeds_args=tuple(pipeline.prompt_embeds_args),
+            latent_streams=tuple(pipeline.family.latent_streams),
+            audio_stream=pipeline.family.audio_stream,
+            stageable=tuple(pipeline.family.stageable),
+            scheduler_classes=pipeline.family.scheduler_classes,
+            prompt_embeds_args=tuple(pipeline.family.prompt_embeds_args),
             attention_heads=tuple(attention_heads(info)),
             presets=tuple(p.name for p in presets_of(pipeline)),
             load_options=load_options(pipeline),
@@ -162,17 +163,17 @@ class FamilySpec:
     def size_limits(self) -> Any:
         """The largest height / width / num_frames the model represents
         (:class:`~vidax.pipelines.call_checks.SizeLimits`)."""
-        return self.pipeline.size_limits(self.info)
+        return self.pipeline.family.size_limits(self.info)
 
     @functools.cached_property
     def text_token_limit(self) -> tuple[int, str] | None:
         """``(largest max_sequence_length, why)`` the text encoding takes, or None: no limit."""
-        return self.pipeline.text_token_limit(self.info)
+        return self.pipeline.family.text_token_limit(self.info)
 
     @functools.cached_property
     def makes_audio(self) -> bool:
         """The checkpoint's model makes sound."""
-        return bool(self.pipeline.makes_audio(self.info))
+        return bool(self.pipeline.family.makes_audio(self.info))
 
     @functools.cached_property
     def capabilities(self) -> Any:
@@ -206,28 +207,32 @@ class FamilySpec:
 
     def latent_shapes(self, call: Call) -> dict[str, tuple[int, ...]]:
         """The initial noise's shape of each latent stream for ``call`` (keyword -> diffusers layout)."""
-        return self.pipeline.latent_shapes(self.info, call)
+        return self.pipeline.family.latent_shapes(self.info, call)
 
     def silent_call(self, call: Call) -> tuple | None:
         """Why ``call`` makes no sound (message parts), None where it makes sound."""
-        return self.pipeline.silent_call(self.info, call)
+        return self.pipeline.family.silent_call(self.info, call)
 
     # ------------------------------------------------------------------ the memory model
     def model_size(self, call: Call) -> Any:
         """The transformer's numbers for the memory model (:class:`~vidax.pipelines.memory.ModelSize`), or None."""
-        return self.pipeline.model_size(self.info, call)
+        return self.pipeline.family.model_size(self.info, call)
 
     def memory_estimate(self, call: Call, **kwargs: Any) -> Any:
-        """The call's peak memory (:meth:`~vidax.pipelines.memory.MemoryChecks.memory_estimate`), or None."""
-        return self.pipeline.memory_estimate(self.info, call, **kwargs)
+        """The call's peak memory (:func:`~vidax.pipelines.memory.memory_estimate`), or None."""
+        from vidax.pipelines.memory import memory_estimate
+
+        return memory_estimate(self.pipeline, self.info, call, **kwargs)
 
     def check_memory(self, call: Call, **kwargs: Any) -> Any:
-        """:meth:`~vidax.pipelines.memory.MemoryChecks.check_memory` of ``call``.
+        """:func:`~vidax.pipelines.memory.check_memory` of ``call``.
 
         Raises:
             OutOfMemoryError: the call does not fit (and ``refuse``).
         """
-        return self.pipeline.check_memory(self.info, call, **kwargs)
+        from vidax.pipelines.memory import check_memory
+
+        return check_memory(self.pipeline, self.info, call, **kwargs)
 
     # ------------------------------------------------------------------ the load, configs only
     def check_load_options(self, options: Mapping[str, Any]) -> None:
@@ -246,13 +251,13 @@ class FamilySpec:
         """
         from vidax.parallel.mesh import check_heads
 
-        read_scheduler(self.pipeline, self.info)
+        read_scheduler(self.pipeline.family, self.info)
         for what, heads in self.attention_heads:
             check_heads(mesh, heads, what)
 
     def plan_staging(self, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any, text_encoder_dtype: Any = None) -> Any:
         """Which stageable components wait in host memory (:mod:`vidax.pipelines.staging`)."""
-        return self.pipeline.plan_staging(self.info, dtype, vae_dtype, offload, mesh, text_encoder_dtype)
+        return self.pipeline.family.plan_staging(self.info, dtype, vae_dtype, offload, mesh, text_encoder_dtype)
 
 
 def _components(pipeline: type, info: CheckpointInfo) -> tuple[ComponentEntry, ...]:
@@ -271,20 +276,21 @@ def _components(pipeline: type, info: CheckpointInfo) -> tuple[ComponentEntry, .
                 kind=None if entry is None else entry.kind,
                 weighted=entry is not None and (entry.model is not None or entry.loader is not None),
                 denoises=name in info.transformers,
-                stageable=name in pipeline.stageable,
+                stageable=name in pipeline.family.stageable,
             )
         )
     return tuple(out)
 
 
 # ---------------------------------------------------------------------- a family's declarations
-def read_scheduler(cls: type, info: CheckpointInfo) -> Any:
-    """The checkpoint's scheduler for the pipeline class ``cls``, built from its config (every
-    setting checked), or None when the checkpoint has no ``scheduler`` component.
+def read_scheduler(family: type, info: CheckpointInfo) -> Any:
+    """The checkpoint's scheduler for a family's hooks class ``family``
+    (:class:`~vidax.pipelines.hooks.FamilyHooks`, a pipeline class's ``family``), built from its
+    config (every setting checked), or None when the checkpoint has no ``scheduler`` component.
 
     Raises:
         ConfigError: a scheduler class vidax does not implement or the family does not run
-            (``cls.scheduler_classes``), or a setting it does not implement (e.g. a
+            (``family.scheduler_classes``), or a setting it does not implement (e.g. a
             ``prediction_type``).
     """
     ckpt = info.checkpoint
@@ -292,12 +298,13 @@ def read_scheduler(cls: type, info: CheckpointInfo) -> Any:
         return None
     config, file = ckpt.config("scheduler"), ckpt.config_file("scheduler")
     name = config.get("_class_name")
+    allowed = family.scheduler_classes
     if (
-        cls.scheduler_classes is not None
+        allowed is not None
         and name in {s.class_name for s in registry().components("scheduler")}
-        and name not in cls.scheduler_classes
+        and name not in allowed
     ):
-        raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs {' or '.join(cls.scheduler_classes)}")
+        raise ConfigError(f"{file}: _class_name={name!r}; {family.pipeline_name} runs {' or '.join(allowed)}")
     return scheduler_from_config(config, source=file)
 
 
@@ -309,7 +316,7 @@ def diffusers_classes(pipeline: type) -> tuple[str, ...]:
 
 
 def embeds_options(pipeline: type) -> tuple[CallOption, ...]:
-    """The declarations of ``pipeline.prompt_embeds_args`` and their ``negative_`` twins."""
+    """The declarations of ``pipeline.family.prompt_embeds_args`` and their ``negative_`` twins."""
     return tuple(
         CallOption(
             prefix + n,
@@ -318,7 +325,7 @@ def embeds_options(pipeline: type) -> tuple[CallOption, ...]:
             "encoding (encode_prompt_embeds makes it), instead of the text.",
         )
         for prefix, what in (("", "positive"), ("negative_", "negative"))
-        for n in pipeline.prompt_embeds_args
+        for n in pipeline.family.prompt_embeds_args
     )
 
 
@@ -343,14 +350,14 @@ def load_options(pipeline: type) -> tuple[str, ...]:
     """The family's loading options ``from_pretrained`` passes on (the keywords of its
     ``load_components`` beyond the shared ones, e.g. ``vae_dtype``)."""
     shared = {"cls", "info", "dtype", "mesh", "offload", "staging", "offload_experts"}
-    params = inspect.signature(pipeline.load_components).parameters.values()
+    params = inspect.signature(pipeline.family.load_components).parameters.values()
     return tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name not in shared)
 
 
 def check_load_options(pipeline: type, options: Mapping[str, Any]) -> None:
     """Raise InputError for a loading keyword ``pipeline`` does not take (a family whose
     ``load_components`` takes ``**options`` checks its own)."""
-    params = inspect.signature(pipeline.load_components).parameters.values()
+    params = inspect.signature(pipeline.family.load_components).parameters.values()
     unknown = sorted(set(options) - set(load_options(pipeline)))
     if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):
         return

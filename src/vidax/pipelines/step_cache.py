@@ -31,7 +31,7 @@ scheduler update as one compiled function; the cache's state is carried between 
 
 State per branch where the reference keeps one: diffusers runs the conditional and unconditional
 passes as separate calls with a state each for Wan and HunyuanVideo
-(``VideoPipeline.separate_cfg_passes``); vidax batches them, so First-Block Cache decides per half
+(``FamilyHooks.separate_cfg_passes``); vidax batches them, so First-Block Cache decides per half
 of the batch (the blocks run for the whole batch when either half needs them, and a half that skips
 takes its cached result). Each expert of Wan2.2 starts a fresh state, as its hooks are its own.
 """

@@ -1,6 +1,6 @@
 """The arguments every denoising step of one expert takes besides the latents and the scheduler state.
 
-A family's :meth:`~vidax.pipelines.base.VideoPipeline.step_args` returns a :class:`StepInputs`
+A family's :meth:`~vidax.pipelines.hooks.FamilyHooks.step_args` returns a :class:`StepInputs`
 (or a subclass of it with the family's own named fields, declared with :func:`step_inputs`); the
 jitted step takes it whole and hands it to the family's ``model_args``, ``guidance``, ``guide`` and
 ``scheduler_update``. It is a pytree: its array fields are traced, its :func:`static` fields
@@ -31,10 +31,10 @@ class StepInputs:
     """What every step of one expert reads besides the latents and the scheduler state.
 
     Attributes:
-        embeds: the prompt encoding (:meth:`~vidax.pipelines.base.VideoPipeline.encode_text`'s
+        embeds: the prompt encoding (:meth:`~vidax.pipelines.hooks.FamilyHooks.encode_text`'s
             array, tuple or dict, CFG pairs batched).
         guidance: the CFG weight: a float32 scalar, or a family's per-step table or guidance object.
-        cond: the call's conditioning (:meth:`~vidax.pipelines.base.VideoPipeline.condition`'s dict).
+        cond: the call's conditioning (:meth:`~vidax.pipelines.hooks.FamilyHooks.condition`'s dict).
     """
 
     embeds: Any

@@ -81,13 +81,14 @@ _GUIDANCE = ("guidance_scale", "guidance_scale_2")
 
 
 def per_video_guidance(pipe: Any) -> bool:
-    """Whether ``pipe``'s guidance is the plain CFG combination of the base pipeline (its
+    """Whether ``pipe``'s guidance is the plain CFG combination of the default hooks (their
     ``step_args``, ``guidance`` and ``guide``), which weighs each video of a batch by its own
     :attr:`~vidax.pipelines.base.Call.video_guidance` (Wan2.1 / Wan2.2); the other families'
     guidance has more to it (per-step tables, rescaling, several passes)."""
-    from vidax.pipelines.base import VideoPipeline
+    from vidax.pipelines.hooks import FamilyHooks
 
-    return all(getattr(type(pipe), name) is getattr(VideoPipeline, name) for name in ("step_args", "guidance", "guide"))
+    family = type(pipe).family
+    return all(getattr(family, name) is getattr(FamilyHooks, name) for name in ("step_args", "guidance", "guide"))
 
 
 class JobRunner:
@@ -263,7 +264,7 @@ class JobRunner:
             cls.options(),
             pending.pipe.info.defaults.fps,
             image_name if image_path else None,
-            cache=cls.cache_reference,
+            cache=cls.family.cache_reference,
             texts=texts,
             presets=bool(presets_of(cls)),
         )
@@ -380,19 +381,20 @@ class JobRunner:
         """Refuse ``call`` of ``pipe`` when its memory estimate does not fit in the memory there is with the
         weights loaded and no job running: measured now when none runs, else the last such
         measure (a running job's activations are free again when this one runs)
-        (:meth:`~vidax.pipelines.memory.MemoryChecks.check_memory`, its hints the request's
+        (:func:`~vidax.pipelines.memory.check_memory`, its hints the request's
         fields only).
 
         Raises:
             OutOfMemoryError: naming the fields to change and the size that fits.
         """
-        from vidax.pipelines.memory import available_memory
+        from vidax.pipelines.memory import available_memory, check_memory
 
         with self._lock:
             if not self._running:
                 self.idle_memory = available_memory()
             idle = self.idle_memory
-        type(pipe).check_memory(
+        check_memory(
+            type(pipe),
             pipe.info,
             call,
             dtype=pipe.dtype,
@@ -688,9 +690,10 @@ class JobRunner:
         calls += [calls[-1]] * self._padding(batch)
         if len(calls) > 1:
             noise = jax.tree.map(
-                lambda *a: np.concatenate([np.asarray(x) for x in a]), *[batch[0].pipe.initial_noise(c) for c in calls]
+                lambda *a: np.concatenate([np.asarray(x) for x in a]),
+                *[batch[0].pipe.hooks.initial_noise(c) for c in calls],
             )
-            streams = type(batch[0].pipe).latent_streams
+            streams = type(batch[0].pipe).family.latent_streams
             first, others = (
                 (noise, {})
                 if not isinstance(noise, dict)

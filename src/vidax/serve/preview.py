@@ -93,7 +93,7 @@ def decoded_samples(pipe: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     info = pipe.info
     vae = info.vae_config
     s, t = vae.spatial_compression, vae.temporal_compression
-    limits = type(pipe).size_limits(info)  # e.g. a transformer's RoPE grid, smaller than the fit's
+    limits = type(pipe).family.size_limits(info)  # e.g. a transformer's RoPE grid, smaller than the fit's
     height, width = (FIT_GRID * s if m is None else min(FIT_GRID * s, m) for m in (limits.height, limits.width))
     frames = 1 + t * (FIT_FRAMES - 1)
     frames = frames if limits.num_frames is None else min(frames, limits.num_frames)
@@ -109,11 +109,11 @@ def decoded_samples(pipe: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     )
     stats = RunStats()
     with pipe.precision():
-        cond = pipe.condition(call, stats)
-        x = pipe.final_latents(call, pipe.prepare_latents(call, pipe.initial_noise(call), cond), cond)
-        z = x[pipe.latent_streams[0]] if isinstance(x, dict) else x
-        decoded_t = pipe.latents_to_decode(call, z).shape[1]
-        frames = pipe.decode(call, z, stats)
+        cond = pipe.hooks.condition(call, stats)
+        x = pipe.hooks.final_latents(call, pipe.hooks.prepare_latents(call, pipe.hooks.initial_noise(call), cond), cond)
+        z = x[pipe.family.latent_streams[0]] if isinstance(x, dict) else x
+        decoded_t = pipe.hooks.latents_to_decode(call, z).shape[1]
+        frames = pipe.hooks.decode(call, z, stats)
     return _pooled_pairs(np.asarray(z, np.float32), np.asarray(frames, np.float32), decoded_t, t, s)
 
 
@@ -150,7 +150,7 @@ def middle_frame(pipe: Any, call: Any, latents: Any) -> np.ndarray | None:
     latents (its first stream): channels-last (B, T, h, w, C), or the packed tokens
     (B, T h w, C) of LTX-Video's conditioned pipelines without appended tokens; None for
     another layout."""
-    x = latents[pipe.latent_streams[0]] if isinstance(latents, dict) else latents
+    x = latents[pipe.family.latent_streams[0]] if isinstance(latents, dict) else latents
     if x.ndim == 3 and hasattr(pipe.info, "latent_grid"):
         f, h, w = pipe.info.latent_grid(call.num_frames, call.height, call.width)
         if x.shape[1] != f * h * w:
@@ -211,7 +211,7 @@ class Previewer:
             return None
         from vidax.schedulers.unipc import UniPCState
 
-        step_state = self.pipe.step_state(state)
+        step_state = self.pipe.hooks.step_state(state)
         if isinstance(step_state, UniPCState):
             estimate = middle_frame(self.pipe, self.call, step_state.model_outputs[-1])
             return (frame_now, "latents") if estimate is None else (estimate, "estimate")

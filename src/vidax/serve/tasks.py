@@ -27,7 +27,7 @@ class TaskPipes:
         """The class that runs ``task`` (``"t2v"``, ``"i2v"``, ``"v2v"``) on the checkpoint, as
         ``vidax generate`` picks it (``class_for_task``): the loaded class for its own task and
         for a task the checkpoint does not do (its checks refuse the request)."""
-        if task == self.cls.task or task not in self.info.tasks:
+        if task == self.cls.family.task or task not in self.info.tasks:
             return self.cls
         return self.cls.class_for_task(task)
 
@@ -77,6 +77,8 @@ class TaskPipes:
         presets = bool(presets_of(self.cls))
         for task in self.info.tasks:
             cls = self.class_for(task)
-            fields = Fields({}, cls.options(), self.info.defaults.fps, cache=cls.cache_reference, presets=presets)
+            fields = Fields(
+                {}, cls.options(), self.info.defaults.fps, cache=cls.family.cache_reference, presets=presets
+            )
             names += [n for n in fields.accepted() if n not in names]
         return names

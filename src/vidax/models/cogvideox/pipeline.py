@@ -42,6 +42,7 @@ from vidax.pipelines.base import (
     as_list,
     cfg_pair,
     finite_array,
+    image_first_call,
     tokenizer_token_limit,
 )
 from vidax.pipelines.hooks import FamilyHooks
@@ -93,7 +94,9 @@ COMPONENTS = ComponentTable(
 
 class CogVideoXHooks(FamilyHooks):
     """The CogVideoX family's hooks, in one place: what :class:`CogVideoXPipeline` and
-    :class:`CogVideoXImageToVideoPipeline` share (each is ``(CogVideoXHooks, VideoPipeline)``)."""
+    :class:`CogVideoXImageToVideoPipeline` share (:class:`CogVideoXPipeline`'s own; the image-to-video hooks subclass them)."""
+
+    pipeline_name = "CogVideoXPipeline"
 
     task = "t2v"
     call_options = (
@@ -223,7 +226,7 @@ class CogVideoXHooks(FamilyHooks):
                 t - pad,
                 out,
                 out,
-                cls.__name__,
+                cls.pipeline_name,
             )
 
     @classmethod
@@ -304,7 +307,7 @@ class CogVideoXHooks(FamilyHooks):
             images = as_list(call.image)
             images = images * call.batch if len(images) == 1 else images
             pixels = np.stack([vae_image_preprocess(im, call.height, call.width) for im in images])[:, None]
-            mean, logvar = encode_with(self, "vae", self.vae.encode, pixels)  # (B, 1, h, w, C) each
+            mean, logvar = encode_with(self.pipe, "vae", self.vae.encode, pixels)  # (B, 1, h, w, C) each
             shape = (call.batch, mean.shape[-1], 1) + mean.shape[2:4]
             noise = call.extra.get("image_noise")  # its shape and values checked by check_noise
             if noise is None:
@@ -391,7 +394,7 @@ class CogVideoXHooks(FamilyHooks):
         return latents[:, pad:]
 
 
-class CogVideoXPipeline(CogVideoXHooks, VideoPipeline):
+class CogVideoXPipeline(VideoPipeline):
     """CogVideoX / CogVideoX1.5 text-to-video (reference: ``diffusers.CogVideoXPipeline``).
 
     Family keywords: ``use_dynamic_cfg`` (the reference's cosine guidance schedule,
@@ -401,8 +404,21 @@ class CogVideoXPipeline(CogVideoXHooks, VideoPipeline):
     Set ``pipe.scheduler = CogVideoXDPMScheduler(pipe.scheduler.config)`` to sample with DPM.
     """
 
+    family = CogVideoXHooks
 
-class CogVideoXImageToVideoPipeline(CogVideoXHooks, VideoPipeline):
+
+class CogVideoXImageToVideoHooks(CogVideoXHooks):
+    """The hooks of :class:`CogVideoXImageToVideoPipeline`."""
+
+    pipeline_name = "CogVideoXImageToVideoPipeline"
+
+    task = "i2v"
+    call_options = CogVideoXHooks.call_options + (
+        CallOption("image_noise", OBJECT, "The noise of the image's VAE posterior sample, (B, C, 1, H/8, W/8)."),
+    )
+
+
+class CogVideoXImageToVideoPipeline(VideoPipeline):
     """CogVideoX-5B-I2V / CogVideoX1.5-5B-I2V (reference: ``diffusers.CogVideoXImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``.
 
@@ -413,10 +429,5 @@ class CogVideoXImageToVideoPipeline(CogVideoXHooks, VideoPipeline):
     standard normal noise of that sample, (B, C, 1, H/8, W/8); default from ``seed``.
     """
 
-    task = "i2v"
-    call_options = CogVideoXHooks.call_options + (
-        CallOption("image_noise", OBJECT, "The noise of the image's VAE posterior sample, (B, C, 1, H/8, W/8)."),
-    )
-
-    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+    family = CogVideoXImageToVideoHooks
+    __call__ = image_first_call

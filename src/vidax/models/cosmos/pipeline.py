@@ -53,6 +53,7 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import nearest_resize, one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import VIDEO_FILE, CallOption
 from vidax.pipelines.prompts import encode_with
@@ -145,28 +146,10 @@ def refuse_image_and_video(call: Any, image_task: str, video_task: str) -> None:
         )
 
 
-class CosmosPredictPipeline(VideoPipeline):
-    """Cosmos-Predict2.5 (2B / 14B): text2world, image2world (``image=``) and video2world
-    (``video=``) in one pipeline (reference: ``diffusers.Cosmos2_5_PredictBasePipeline``). Build
-    with :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+class CosmosPredictHooks(FamilyHooks):
+    """The hooks of :class:`CosmosPredictPipeline`."""
 
-    Call keywords beyond the shared ones:
-
-    * ``video``: uint8 frames ``(F, H, W, 3)`` or a list of PIL images; video2world conditions on
-      its LAST ``4 (n - 1) + 1`` frames (resized bilinearly to height x width), so it needs at
-      least that many. Not with ``image``; one prompt only (as the reference).
-    * ``num_latent_conditional_frames``: n, 1 or 2 (default 2), for ``video``.
-    * ``conditional_frame_timestep``: the conditioning frames' timestep (default 1e-4; negative:
-      the step's sigma, as the noisy frames).
-
-    ``image``: one PIL image or uint8 ``(H, W, 3)`` for the whole batch, resized with nearest
-    interpolation (as the reference). ``negative_prompt`` defaults to
-    :data:`DEFAULT_NEGATIVE_PROMPT` (used when ``guidance_scale > 1``); the guidance is
-    ``cond + guidance_scale (cond - uncond)``.
-
-    No safety checker runs (the reference requires ``cosmos_guardrail``; vidax never downloads or
-    runs one).
-    """
+    pipeline_name = "CosmosPredictPipeline"
 
     # diffusers 0.42.1: no cache context around the transformer calls, no block metadata.
     cache_reference = False
@@ -205,12 +188,12 @@ class CosmosPredictPipeline(VideoPipeline):
         return read_cosmos_checkpoint(checkpoint)
 
     @classmethod
-    def check_call(cls, info: CosmosInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+    def check_call(cls, shared, info: CosmosInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """As :meth:`VideoPipeline.check_call`; ``negative_prompt=None`` is the reference's
         :data:`DEFAULT_NEGATIVE_PROMPT` (``""`` is an empty negative prompt, as there)."""
         if negative_prompt is not None:
-            return super().check_call(info, prompt, negative_prompt, **kwargs)
-        call = super().check_call(info, prompt, DEFAULT_NEGATIVE_PROMPT, **kwargs)
+            return super().check_call(shared, info, prompt, negative_prompt, **kwargs)
+        call = super().check_call(shared, info, prompt, DEFAULT_NEGATIVE_PROMPT, **kwargs)
         return dataclasses.replace(call, given=call.given - {"negative_prompt"})
 
     @classmethod
@@ -343,7 +326,7 @@ class CosmosPredictPipeline(VideoPipeline):
         pixels, n = self.condition_pixels(call)
         if pixels is not None:
             with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
-                mean, _ = encode_with(self, "vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
+                mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
                 z = self.vae.normalize_latents(mean)[:, :n]
                 cond_latents = cond_latents.at[:, :n].set(jnp.broadcast_to(z, (b,) + z.shape[1:]))
             stats.sample_memory()
@@ -406,3 +389,29 @@ class CosmosPredictPipeline(VideoPipeline):
         """The base decode, then :func:`match_num_frames` (frames not of the form 4k+1)."""
         video = super().decode(call, latents, stats)
         return match_num_frames(video, call.num_frames, self.info.vae_config.temporal_compression)
+
+
+class CosmosPredictPipeline(VideoPipeline):
+    """Cosmos-Predict2.5 (2B / 14B): text2world, image2world (``image=``) and video2world
+    (``video=``) in one pipeline (reference: ``diffusers.Cosmos2_5_PredictBasePipeline``). Build
+    with :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+
+    Call keywords beyond the shared ones:
+
+    * ``video``: uint8 frames ``(F, H, W, 3)`` or a list of PIL images; video2world conditions on
+      its LAST ``4 (n - 1) + 1`` frames (resized bilinearly to height x width), so it needs at
+      least that many. Not with ``image``; one prompt only (as the reference).
+    * ``num_latent_conditional_frames``: n, 1 or 2 (default 2), for ``video``.
+    * ``conditional_frame_timestep``: the conditioning frames' timestep (default 1e-4; negative:
+      the step's sigma, as the noisy frames).
+
+    ``image``: one PIL image or uint8 ``(H, W, 3)`` for the whole batch, resized with nearest
+    interpolation (as the reference). ``negative_prompt`` defaults to
+    :data:`DEFAULT_NEGATIVE_PROMPT` (used when ``guidance_scale > 1``); the guidance is
+    ``cond + guidance_scale (cond - uncond)``.
+
+    No safety checker runs (the reference requires ``cosmos_guardrail``; vidax never downloads or
+    runs one).
+    """
+
+    family = CosmosPredictHooks

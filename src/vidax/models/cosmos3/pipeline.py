@@ -61,6 +61,7 @@ from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.diffusers_keywords import refused_value_reason
+from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.prompts import encode_with
@@ -183,17 +184,10 @@ COMPONENTS = ComponentTable(
 )
 
 
-class Cosmos3OmniPipeline(VideoPipeline):
-    """Cosmos 3 (Nano / Super / Edge) text-, image- and video-to-video with optional sound
-    (reference: ``diffusers.Cosmos3OmniPipeline``; see the module docstring). Build with
-    :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+class Cosmos3OmniHooks(FamilyHooks):
+    """The hooks of :class:`Cosmos3OmniPipeline`."""
 
-    Call keywords beyond the shared ones: ``video``, ``condition_frame_indexes_vision`` (default
-    ``[0, 1]``), ``condition_video_keep`` (``"first"``), ``fps`` (float,
-    24), ``enable_sound``, ``sound_latents``, ``use_system_prompt`` (default: the checkpoint's
-    ``default_use_system_prompt``), ``add_resolution_template``, ``add_duration_template``.
-    ``action`` is refused.
-    """
+    pipeline_name = "Cosmos3OmniPipeline"
 
     latent_streams = ("latents", "sound_latents")
     audio_stream = "sound_latents"
@@ -273,11 +267,14 @@ class Cosmos3OmniPipeline(VideoPipeline):
 
     @classmethod
     def silent_call(cls, info: Cosmos3Info, call) -> tuple | None:
-        """As :meth:`VideoPipeline.silent_call`: a checkpoint with sound makes it only with
+        """As :meth:`FamilyHooks.silent_call`: a checkpoint with sound makes it only with
         ``enable_sound=True``."""
         if not cls.makes_audio(info) or call.extra.get("enable_sound"):
             return super().silent_call(info, call)
-        return (f"{cls.__name__} makes sound only when asked: add ", Arg("enable_sound", python="enable_sound=True"))
+        return (
+            f"{cls.pipeline_name} makes sound only when asked: add ",
+            Arg("enable_sound", python="enable_sound=True"),
+        )
 
     @classmethod
     def latent_shapes(cls, info: Cosmos3Info, call) -> dict[str, tuple[int, ...]]:
@@ -291,7 +288,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         return shapes
 
     @classmethod
-    def check_call(cls, info: Cosmos3Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+    def check_call(cls, shared, info: Cosmos3Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """As :meth:`VideoPipeline.check_call`, with Cosmos 3's refusals first (``action=``;
         ``enable_sound`` on a checkpoint without sound; ``sound_latents=`` without
         ``enable_sound``); CFG runs whenever ``guidance_scale != 1`` (as the reference)."""
@@ -317,7 +314,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         if kwargs.get("sound_latents") is not None and np.ndim(kwargs["sound_latents"]) == 2:
             # the reference's layout (sound_dim, T_sound), which it uses as they are: one video's
             kwargs["sound_latents"] = np.asarray(kwargs["sound_latents"])[None]
-        call = super().check_call(info, prompt, "" if negative_prompt is None else negative_prompt, **kwargs)
+        call = super().check_call(shared, info, prompt, "" if negative_prompt is None else negative_prompt, **kwargs)
         if negative_prompt is None:
             call = dataclasses.replace(call, given=call.given - {"negative_prompt"})
         return dataclasses.replace(call, cfg=call.guidance_scale != 1.0)
@@ -469,7 +466,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         x0 = jnp.zeros((call.batch, t, h, w, c), _F32)
         if pixels is not None:
             with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
-                mean, _ = encode_with(self, "vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
+                mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
                 z = self.vae.normalize_latents(mean)
                 for i in idx:
                     x0 = x0.at[:, i].set(jnp.broadcast_to(z[:, i], (call.batch,) + z.shape[2:]))
@@ -591,3 +588,18 @@ class Cosmos3OmniPipeline(VideoPipeline):
 
     def latents_output(self, latents) -> np.ndarray:
         return np.asarray(jnp.transpose(latents, (0, 4, 1, 2, 3)))
+
+
+class Cosmos3OmniPipeline(VideoPipeline):
+    """Cosmos 3 (Nano / Super / Edge) text-, image- and video-to-video with optional sound
+    (reference: ``diffusers.Cosmos3OmniPipeline``; see the module docstring). Build with
+    :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+
+    Call keywords beyond the shared ones: ``video``, ``condition_frame_indexes_vision`` (default
+    ``[0, 1]``), ``condition_video_keep`` (``"first"``), ``fps`` (float,
+    24), ``enable_sound``, ``sound_latents``, ``use_system_prompt`` (default: the checkpoint's
+    ``default_use_system_prompt``), ``add_resolution_template``, ``add_duration_template``.
+    ``action`` is refused.
+    """
+
+    family = Cosmos3OmniHooks

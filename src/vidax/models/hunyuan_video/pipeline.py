@@ -61,7 +61,7 @@ from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, image_first_call, prompt_texts, text_truncation
 from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
@@ -283,7 +283,9 @@ COMPONENTS = ComponentTable(
 
 class HunyuanVideoHooks(FamilyHooks):
     """The HunyuanVideo family's hooks, in one place: what :class:`HunyuanVideoPipeline` and
-    :class:`HunyuanVideoImageToVideoPipeline` share (each is ``(HunyuanVideoHooks, VideoPipeline)``)."""
+    :class:`HunyuanVideoImageToVideoPipeline` share (:class:`HunyuanVideoPipeline`'s own; the image-to-video hooks subclass them)."""
+
+    pipeline_name = "HunyuanVideoPipeline"
 
     separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
 
@@ -370,7 +372,7 @@ class HunyuanVideoHooks(FamilyHooks):
         )
 
     @classmethod
-    def check_call(cls, info: HunyuanVideoInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+    def check_call(cls, shared, info: HunyuanVideoInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """The shared checks, then ``true_cfg_scale`` / ``sigmas``; true CFG runs iff
         ``true_cfg_scale > 1`` and ``negative_prompt`` is not None (the reference's rule).
 
@@ -378,7 +380,7 @@ class HunyuanVideoHooks(FamilyHooks):
             InputError: as the base, or a ``true_cfg_scale`` / ``sigmas`` that is not valid.
         """
         call = check_sigmas(
-            super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
+            super().check_call(shared, info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
             read_scheduler(cls, info),
             cls.schedule,
         )
@@ -450,7 +452,7 @@ class HunyuanVideoHooks(FamilyHooks):
         with self.staging.on_device("text_encoder"):
             embeds, mask = self.llama_embeds(call, texts)
             jax.block_until_ready(embeds)
-        pooled = encode_with(self, "text_encoder_2", self.clip_pooled, texts, text_truncation(call))
+        pooled = encode_with(self.pipe, "text_encoder_2", self.clip_pooled, texts, text_truncation(call))
         return embeds, mask, pooled
 
     def encode_text(self, texts, max_sequence_length, truncation=None) -> tuple:
@@ -558,7 +560,7 @@ def first_frame_concat(latents: jax.Array, image: jax.Array) -> jax.Array:
     return jnp.concatenate([latents, img, mask], axis=-1)
 
 
-class HunyuanVideoPipeline(HunyuanVideoHooks, VideoPipeline):
+class HunyuanVideoPipeline(VideoPipeline):
     """HunyuanVideo 1.0 text-to-video (reference: ``diffusers.HunyuanVideoPipeline``).
 
     Call keywords beyond the shared ones: ``true_cfg_scale`` (true CFG with ``negative_prompt``;
@@ -567,22 +569,13 @@ class HunyuanVideoPipeline(HunyuanVideoHooks, VideoPipeline):
     or :func:`vidax.load_pipeline`.
     """
 
+    family = HunyuanVideoHooks
 
-class HunyuanVideoImageToVideoPipeline(HunyuanVideoHooks, VideoPipeline):
-    """HunyuanVideo 1.0 image-to-video (reference: ``diffusers.HunyuanVideoImageToVideoPipeline``):
-    ``pipe(image, prompt, ...)``; both ``image_condition_type`` s (``token_replace``: HunyuanVideo-I2V,
-    ``latent_concat``: HunyuanVideo-I2V-33ch).
 
-    ``image``: a PIL image or uint8 array (H, W, 3); the VAE sees it resized to height x width,
-    the LLaVA vision tower through its CLIP preprocessing. Extra keyword ``image_embed_interleave``
-    (default 2 for ``latent_concat``, 4 for ``token_replace``). ``guidance_scale`` (default 1.0)
-    is embedded only where the transformer has a guidance embedder (not the 33-channel model).
+class HunyuanVideoImageToVideoHooks(HunyuanVideoHooks):
+    """The hooks of :class:`HunyuanVideoImageToVideoPipeline`."""
 
-    ``latent_concat`` returns :data:`LATENT_CONCAT_DROPPED` frames fewer than ``num_frames``
-    (``num_frames - 4``; with ``output_type="latent"`` one latent frame fewer), as the reference,
-    which drops the first decoded frames (``video[:, :, 4:]``); each call logs a warning saying
-    so. Ask for ``num_frames + 4`` (still 4k+1) to get ``num_frames``.
-    """
+    pipeline_name = "HunyuanVideoImageToVideoPipeline"
 
     # diffusers 0.42.1's image-to-video pipeline calls the transformer outside any cache context.
     cache_reference = False
@@ -599,9 +592,6 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoHooks, VideoPipeline):
         ),
     )
     prompt_template = I2V_PROMPT_TEMPLATE
-
-    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
 
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
@@ -731,7 +721,7 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoHooks, VideoPipeline):
         cond = super().condition(call, stats)
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             pixels = vae_image_preprocess(to_rgb_image(call.image), call.height, call.width)  # (H, W, 3) in [-1, 1]
-            mean, _ = encode_with(self, "vae", self.vae.encode, pixels[None, None])
+            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels[None, None])
             cond["image"] = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return cond
@@ -765,3 +755,23 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoHooks, VideoPipeline):
         ``video[:, :, 4:]``)."""
         video = super().decode(call, latents, stats)
         return video[:, LATENT_CONCAT_DROPPED:] if self.info.image_condition_type == "latent_concat" else video
+
+
+class HunyuanVideoImageToVideoPipeline(VideoPipeline):
+    """HunyuanVideo 1.0 image-to-video (reference: ``diffusers.HunyuanVideoImageToVideoPipeline``):
+    ``pipe(image, prompt, ...)``; both ``image_condition_type`` s (``token_replace``: HunyuanVideo-I2V,
+    ``latent_concat``: HunyuanVideo-I2V-33ch).
+
+    ``image``: a PIL image or uint8 array (H, W, 3); the VAE sees it resized to height x width,
+    the LLaVA vision tower through its CLIP preprocessing. Extra keyword ``image_embed_interleave``
+    (default 2 for ``latent_concat``, 4 for ``token_replace``). ``guidance_scale`` (default 1.0)
+    is embedded only where the transformer has a guidance embedder (not the 33-channel model).
+
+    ``latent_concat`` returns :data:`LATENT_CONCAT_DROPPED` frames fewer than ``num_frames``
+    (``num_frames - 4``; with ``output_type="latent"`` one latent frame fewer), as the reference,
+    which drops the first decoded frames (``video[:, :, 4:]``); each call logs a warning saying
+    so. Ask for ``num_frames + 4`` (still 4k+1) to get ``num_frames``.
+    """
+
+    family = HunyuanVideoImageToVideoHooks
+    __call__ = image_first_call

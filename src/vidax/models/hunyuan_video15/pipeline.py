@@ -49,7 +49,7 @@ from vidax.io.image import one_image, to_rgb_image
 from vidax.models.hunyuan_video.pipeline import (
     SIGMAS_OPTION,
     TEXT_ENCODERS,
-    HunyuanVideoPipeline,
+    HunyuanVideoHooks,
     check_sigmas,
     first_frame_concat,
     steps_of_sigmas,
@@ -57,7 +57,7 @@ from vidax.models.hunyuan_video.pipeline import (
 from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size, read_hunyuan_video15_checkpoint
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
 from vidax.models.hunyuan_video15.vae import TILED_DECODE_SAMPLE_TILE
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, image_first_call, prompt_texts, text_truncation
 from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.prompts import encode_with
@@ -81,7 +81,9 @@ COMPONENTS_I2V = dataclasses.replace(COMPONENTS, weighted={**COMPONENTS.weighted
 
 class HunyuanVideo15Hooks(FamilyHooks):
     """The HunyuanVideo 1.5 family's hooks, in one place: what :class:`HunyuanVideo15Pipeline` and
-    :class:`HunyuanVideo15ImageToVideoPipeline` share (each is ``(HunyuanVideo15Hooks, VideoPipeline)``)."""
+    :class:`HunyuanVideo15ImageToVideoPipeline` share (:class:`HunyuanVideo15Pipeline`'s own; the image-to-video hooks subclass them)."""
+
+    pipeline_name = "HunyuanVideo15Pipeline"
 
     separate_cfg_passes = True  # the guider calls the transformer once per branch
     cache_block_metadata = False  # diffusers' TransformerBlockRegistry lacks its blocks: TaylorSeer only
@@ -100,7 +102,7 @@ class HunyuanVideo15Hooks(FamilyHooks):
     def read_checkpoint(cls, checkpoint: Checkpoint) -> HunyuanVideo15Info:
         return read_hunyuan_video15_checkpoint(checkpoint)
 
-    resolve_num_frames = HunyuanVideoPipeline.resolve_num_frames  # the same (F - 1) // 4 * 4 + 1 rule
+    resolve_num_frames = HunyuanVideoHooks.resolve_num_frames  # the same (F - 1) // 4 * 4 + 1 rule
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
@@ -123,7 +125,9 @@ class HunyuanVideo15Hooks(FamilyHooks):
         )
 
     @classmethod
-    def check_call(cls, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+    def check_call(
+        cls, shared, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any
+    ):
         """The shared checks, then ``sigmas`` (``num_inference_steps`` of them; their number when
         it is not given); CFG runs by the guider's rule (``_is_cfg_enabled``).
 
@@ -131,9 +135,9 @@ class HunyuanVideo15Hooks(FamilyHooks):
             InputError: as :meth:`VideoPipeline.check_call`, or ``sigmas`` that are not valid.
         """
         call = check_sigmas(
-            super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
+            super().check_call(shared, info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
             read_scheduler(cls, info),
-            HunyuanVideoPipeline.schedule,
+            HunyuanVideoHooks.schedule,
         )
         g = info.guider_config
         off = 0.0 if g.use_original_formulation else 1.0
@@ -178,7 +182,7 @@ class HunyuanVideo15Hooks(FamilyHooks):
         text, mask = encode_with(
             self, "text_encoder", self.text_states, texts, call.max_sequence_length, text_truncation(call)
         )
-        glyph, glyph_mask = encode_with(self, "text_encoder_2", self.glyph_states, texts)
+        glyph, glyph_mask = encode_with(self.pipe, "text_encoder_2", self.glyph_states, texts)
         return text, jnp.asarray(mask), glyph, jnp.asarray(glyph_mask)
 
     def encode_text(self, texts, max_sequence_length, truncation=None) -> tuple:
@@ -204,7 +208,7 @@ class HunyuanVideo15Hooks(FamilyHooks):
 
     # ------------------------------------------------------------------ steps
     def set_timesteps(self, call, latents):
-        return HunyuanVideoPipeline.schedule(self.scheduler, call, latents.shape)
+        return HunyuanVideoHooks.schedule(self.scheduler, call, latents.shape)
 
     def model_input(self, latents: jax.Array, cond: dict) -> jax.Array:
         """``[latents, condition latents (zeros), mask (zeros)]`` on channels (T2V)."""
@@ -237,7 +241,7 @@ class HunyuanVideo15Hooks(FamilyHooks):
         return guided
 
 
-class HunyuanVideo15Pipeline(HunyuanVideo15Hooks, VideoPipeline):
+class HunyuanVideo15Pipeline(VideoPipeline):
     """HunyuanVideo 1.5 text-to-video (reference: ``diffusers.HunyuanVideo15Pipeline``).
 
     ``guidance_scale`` is the ``ClassifierFreeGuidance`` weight (default: the checkpoint's guider);
@@ -251,33 +255,16 @@ class HunyuanVideo15Pipeline(HunyuanVideo15Hooks, VideoPipeline):
         glyph_max_length: byT5 tokens (``tokenizer_2_max_length``, 256).
     """
 
+    family = HunyuanVideo15Hooks
 
-class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Hooks, VideoPipeline):
-    """HunyuanVideo 1.5 image-to-video (reference: ``diffusers.HunyuanVideo15ImageToVideoPipeline``):
-    ``pipe(image, prompt, ...)``.
 
-    The video's size is the reference's: the ``target_size`` bucket (:func:`default_size`) nearest
-    the image's aspect ratio; ``height`` / ``width`` are refused. The image is scaled to cover
-    that size and centre-cropped (:func:`vidax.io.image.resize_and_crop`, Lanczos); the VAE
-    encodes it (the posterior's mode times ``scaling_factor``) for the condition latents on frame
-    0 with mask 1 (``prepare_cond_latents_and_mask``: ``[latents, condition, mask]`` on channels),
-    and SigLIP encodes the cropped image through its processor (``do_resize=True,
-    do_convert_rgb=True``) for the ``image_embeds`` of both guidance branches. With
-    ``use_meanflow`` (the step-distilled checkpoint) the transformer also takes ``timestep_r``, the
-    next step's timestep (0 at the last step). Text, guidance and steps as
-    :class:`HunyuanVideo15Pipeline`.
+class HunyuanVideo15ImageToVideoHooks(HunyuanVideo15Hooks):
+    """The hooks of :class:`HunyuanVideo15ImageToVideoPipeline`."""
 
-    vidax differences: ``timestep_r``, like the timestep, stays float32 in bfloat16 (the
-    reference casts it to the latents' dtype).
-    """
+    pipeline_name = "HunyuanVideo15ImageToVideoPipeline"
 
     task = "i2v"
     stageable = HunyuanVideo15Hooks.stageable + ("image_encoder",)
-    image_encoder: Any = None
-    feature_extractor_config: Any = None
-
-    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
 
     @classmethod
     def video_size(cls, info: HunyuanVideo15Info, image: Any) -> tuple[int, int]:
@@ -302,6 +289,7 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Hooks, VideoPipeline):
     @classmethod
     def check_call(
         cls,
+        shared,
         info: HunyuanVideo15Info,
         prompt: Any = None,
         negative_prompt: Any = None,
@@ -318,7 +306,7 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Hooks, VideoPipeline):
         for name in ("height", "width"):
             if kwargs.get(name) is not None:
                 raise InputError(
-                    f"{cls.__name__} takes no ",
+                    f"{cls.pipeline_name} takes no ",
                     Arg(name, kwargs[name]),
                     ": the video's size is the "
                     f"target_size={info.transformer_config.target_size} bucket nearest the image's aspect "
@@ -326,9 +314,9 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Hooks, VideoPipeline):
                     Arg("image"),
                     " to choose another",
                 )
-        one_image(image, f"{cls.__name__} takes")
+        one_image(image, f"{cls.pipeline_name} takes")
         size = {} if image is None else dict(zip(("height", "width"), cls.video_size(info, image)))
-        call = super().check_call(info, prompt, negative_prompt, image=image, **size, **kwargs)
+        call = super().check_call(shared, info, prompt, negative_prompt, image=image, **size, **kwargs)
         return dataclasses.replace(call, given=call.given - {"height", "width"})
 
     def condition(self, call, stats) -> dict:
@@ -341,10 +329,10 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Hooks, VideoPipeline):
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             image = resize_and_crop(call.image, call.height, call.width)
             pixels = siglip_preprocess(image, self.feature_extractor_config, do_resize=True, do_convert_rgb=True)
-            tokens = encode_with(self, "image_encoder", self.image_encoder, jnp.asarray(pixels, jnp.float32)[None])
+            tokens = encode_with(self.pipe, "image_encoder", self.image_encoder, jnp.asarray(pixels, jnp.float32)[None])
             cond["image_embeds"] = jnp.repeat(tokens, call.batch, axis=0).astype(self.dtype)
             video = vae_image_preprocess(image, call.height, call.width)[None, None]  # already that size: no resize
-            mean, _ = encode_with(self, "vae", self.vae.encode, video)
+            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, video)
             cond["image"] = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return cond
@@ -354,7 +342,7 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Hooks, VideoPipeline):
         return first_frame_concat(latents, cond["image"])
 
     def model_args(self, latents, state, inputs, do_cfg) -> tuple:
-        """As :meth:`HunyuanVideo15Pipeline.model_args` with the image's SigLIP tokens (the same
+        """As :meth:`HunyuanVideo15Hooks.model_args` with the image's SigLIP tokens (the same
         for both branches) and, with ``use_meanflow``, ``timestep_r``: the next step's timestep,
         0 at the last step."""
         x, timestep, text, mask, glyph, glyph_mask, _ = super().model_args(latents, state, inputs, do_cfg)
@@ -365,3 +353,28 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Hooks, VideoPipeline):
         s = self.step_state(state)
         following = jnp.append(s.timesteps.astype(jnp.float32), jnp.float32(0.0))[s.step_index + 1]
         return x, timestep, text, mask, glyph, glyph_mask, image, jnp.broadcast_to(following, (x.shape[0],))
+
+
+class HunyuanVideo15ImageToVideoPipeline(VideoPipeline):
+    """HunyuanVideo 1.5 image-to-video (reference: ``diffusers.HunyuanVideo15ImageToVideoPipeline``):
+    ``pipe(image, prompt, ...)``.
+
+    The video's size is the reference's: the ``target_size`` bucket (:func:`default_size`) nearest
+    the image's aspect ratio; ``height`` / ``width`` are refused. The image is scaled to cover
+    that size and centre-cropped (:func:`vidax.io.image.resize_and_crop`, Lanczos); the VAE
+    encodes it (the posterior's mode times ``scaling_factor``) for the condition latents on frame
+    0 with mask 1 (``prepare_cond_latents_and_mask``: ``[latents, condition, mask]`` on channels),
+    and SigLIP encodes the cropped image through its processor (``do_resize=True,
+    do_convert_rgb=True``) for the ``image_embeds`` of both guidance branches. With
+    ``use_meanflow`` (the step-distilled checkpoint) the transformer also takes ``timestep_r``, the
+    next step's timestep (0 at the last step). Text, guidance and steps as
+    :class:`HunyuanVideo15Pipeline`.
+
+    vidax differences: ``timestep_r``, like the timestep, stays float32 in bfloat16 (the
+    reference casts it to the latents' dtype).
+    """
+
+    family = HunyuanVideo15ImageToVideoHooks
+    image_encoder: Any = None
+    feature_extractor_config: Any = None
+    __call__ = image_first_call

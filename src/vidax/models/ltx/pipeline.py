@@ -36,7 +36,7 @@ from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.conditions import checked_number, condition_items
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form, image_first_call
 from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
@@ -330,9 +330,11 @@ COMPONENTS = ComponentTable(
 
 class LTXHooks(FamilyHooks):
     """The LTX-Video family's hooks, in one place: what :class:`LTXPipeline`,
-    :class:`LTXImageToVideoPipeline` and :class:`LTXConditionPipeline` share (each is ``(LTXHooks,
-    VideoPipeline)``). The functions above (decode noise, schedule, packed latents) also serve LTX-2.
+    :class:`LTXImageToVideoPipeline` and :class:`LTXConditionPipeline` share (:class:`LTXPipeline`'s own; the other classes' hooks subclass
+    them). The functions above (decode noise, schedule, packed latents) also serve LTX-2.
     """
+
+    pipeline_name = "LTXPipeline"
 
     latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
     call_options = LTX_OPTIONS + LTX_DECODE_OPTIONS
@@ -406,11 +408,11 @@ class LTXHooks(FamilyHooks):
 
     def condition(self, call, stats) -> dict:
         """Image-to-video: :func:`first_frame_condition`."""
-        return first_frame_condition(self, call, stats)
+        return first_frame_condition(self.pipe, call, stats)
 
     def encode_latents(self, pixels, key) -> jax.Array:
         """:func:`encode_latents` by this pipeline's VAE."""
-        return encode_latents(self, pixels, key)
+        return encode_latents(self.pipe, pixels, key)
 
     def prepare_latents(self, call, noise, cond) -> jax.Array:
         """Packed (B, N, C) -> channels-last (B, F', H', W', C); I2V: frame 0 is the image latent."""
@@ -496,7 +498,7 @@ class LTXHooks(FamilyHooks):
         return decode_timestep_kwargs(self.info, call)
 
 
-class LTXPipeline(LTXHooks, VideoPipeline):
+class LTXPipeline(VideoPipeline):
     """LTX-Video text-to-video (reference: ``diffusers.LTXPipeline``); with ``image=`` image-to-video
     as ``diffusers.LTXImageToVideoPipeline`` (the same weights do both).
 
@@ -505,16 +507,24 @@ class LTXPipeline(LTXHooks, VideoPipeline):
     ``decode_noise_scale`` (None: ``decode_timestep``), each a number or one per prompt.
     """
 
+    family = LTXHooks
 
-class LTXImageToVideoPipeline(LTXHooks, VideoPipeline):
+
+class LTXImageToVideoHooks(LTXHooks):
+    """The hooks of :class:`LTXImageToVideoPipeline`."""
+
+    pipeline_name = "LTXImageToVideoPipeline"
+
+    task = "i2v"
+
+
+class LTXImageToVideoPipeline(VideoPipeline):
     """LTX-Video image-to-video (reference: ``diffusers.LTXImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``. ``image`` (PIL or uint8 (H, W, 3)) is resized to exactly height x
     width (Lanczos, no crop) and encoded as latent frame 0."""
 
-    task = "i2v"
-
-    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+    family = LTXImageToVideoHooks
+    __call__ = image_first_call
 
 
 # ====================================================================== LTXConditionPipeline
@@ -556,42 +566,10 @@ def linear_quadratic_schedule(num_steps: int, threshold_noise: float = 0.025, li
     return np.asarray(schedule[:-1], np.float32)
 
 
-class LTXConditionPipeline(LTXHooks, VideoPipeline):
-    """LTX-Video with frame conditions (reference: ``diffusers.LTXConditionPipeline``,
-    pipelines/ltx/pipeline_ltx_condition.py; the 0.9.5+ checkpoints): text-to-video, or images
-    and videos placed at frames of the clip.
+class LTXConditionHooks(LTXHooks):
+    """The hooks of :class:`LTXConditionPipeline`."""
 
-    ``pipe(prompt, conditions=[LTXVideoCondition(image=im), LTXVideoCondition(video=v,
-    frame_index=40)], ...)`` or the flat ``image=`` / ``video=`` with ``frame_index`` and
-    ``strength``. What the reference does, here channels last on packed tokens ``(B, N, C)``:
-
-    * T5 with its attention mask; the mask also goes to the transformer.
-    * Schedule: ``timesteps`` (default ``linear_quadratic_schedule(N) * 1000``); with
-      ``denoise_strength < 1`` only the last ``int(N * denoise_strength)`` steps run and given
-      ``latents`` (clean, normalised) are re-noised to the first of their sigmas: ``sigma noise +
-      (1 - sigma) latents``.
-    * Each condition is VAE-encoded (a posterior sample) and normalised. ``frame_index == 0``:
-      lerped (``strength``) into the leading latent frames. Later: a video's latent frames past
-      the first two are lerped into the latents from ``frame_index // temporal + 2``; the first
-      two (an image's one) become extra tokens, ``lerp(noise, latent, strength)``, prepended to
-      the sequence with their own coordinates (``_prepare_video_ids`` / ``_scale_video_ids`` at
-      ``frame_index``). Coordinates go to the transformer as ``video_coords``, time in seconds.
-    * Per token: timestep ``min(t, (1 - mask) 1000)`` (mask = strength on conditioned tokens),
-      with ``image_cond_noise_scale`` the hard-conditioned tokens (mask 1) are
-      ``init + scale noise (t / 1000)^2`` at each step, the Euler step is per token on the
-      negated prediction, and only tokens with ``t / 1000 - 1e-6 < 1 - mask`` take it.
-    * The extra tokens are dropped; the latents decoded as :class:`LTXPipeline` does.
-
-    Differences from the reference, each because it would fail or drop input: ``latents`` with
-    ``denoise_strength == 1`` are the initial noise (the reference draws its own and ignores
-    them); later-frame conditions work with batch > 1 (the reference's concatenation fails);
-    ``image`` with ``video``, a condition with both, ``frame_index`` / ``strength`` with nothing
-    to apply to, and a frame_index past the clip are refused (the reference ignores or fails).
-    A flat ``video=`` is one video (the reference reads a list of frames as one-frame videos).
-
-    Randomness: ``jax.random`` keys from ``seed`` (posterior samples, the extra tokens' noise,
-    the re-noising, the per-step noise, the decode noise).
-    """
+    pipeline_name = "LTXConditionPipeline"
 
     task = "t2v"
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"
@@ -634,8 +612,9 @@ class LTXConditionPipeline(LTXHooks, VideoPipeline):
     num_prefix_latent_frames = 2
 
     @classmethod
-    def class_for_task(cls, task: str) -> type:
-        return cls
+    def class_for_task(cls, task: str) -> type | None:
+        """None: the condition pipeline runs every task of its checkpoint itself."""
+        return None
 
     @classmethod
     def latent_shape(cls, info: LTXInfo, call) -> tuple[int, ...]:
@@ -837,7 +816,47 @@ class LTXConditionPipeline(LTXHooks, VideoPipeline):
 
     def latents_output(self, latents) -> np.ndarray:
         """(B, C, F', H', W'), as the reference's ``output_type="latent"``."""
-        return VideoPipeline.latents_output(self, latents)
+        return FamilyHooks.latents_output(self, latents)
+
+
+class LTXConditionPipeline(VideoPipeline):
+    """LTX-Video with frame conditions (reference: ``diffusers.LTXConditionPipeline``,
+    pipelines/ltx/pipeline_ltx_condition.py; the 0.9.5+ checkpoints): text-to-video, or images
+    and videos placed at frames of the clip.
+
+    ``pipe(prompt, conditions=[LTXVideoCondition(image=im), LTXVideoCondition(video=v,
+    frame_index=40)], ...)`` or the flat ``image=`` / ``video=`` with ``frame_index`` and
+    ``strength``. What the reference does, here channels last on packed tokens ``(B, N, C)``:
+
+    * T5 with its attention mask; the mask also goes to the transformer.
+    * Schedule: ``timesteps`` (default ``linear_quadratic_schedule(N) * 1000``); with
+      ``denoise_strength < 1`` only the last ``int(N * denoise_strength)`` steps run and given
+      ``latents`` (clean, normalised) are re-noised to the first of their sigmas: ``sigma noise +
+      (1 - sigma) latents``.
+    * Each condition is VAE-encoded (a posterior sample) and normalised. ``frame_index == 0``:
+      lerped (``strength``) into the leading latent frames. Later: a video's latent frames past
+      the first two are lerped into the latents from ``frame_index // temporal + 2``; the first
+      two (an image's one) become extra tokens, ``lerp(noise, latent, strength)``, prepended to
+      the sequence with their own coordinates (``_prepare_video_ids`` / ``_scale_video_ids`` at
+      ``frame_index``). Coordinates go to the transformer as ``video_coords``, time in seconds.
+    * Per token: timestep ``min(t, (1 - mask) 1000)`` (mask = strength on conditioned tokens),
+      with ``image_cond_noise_scale`` the hard-conditioned tokens (mask 1) are
+      ``init + scale noise (t / 1000)^2`` at each step, the Euler step is per token on the
+      negated prediction, and only tokens with ``t / 1000 - 1e-6 < 1 - mask`` take it.
+    * The extra tokens are dropped; the latents decoded as :class:`LTXPipeline` does.
+
+    Differences from the reference, each because it would fail or drop input: ``latents`` with
+    ``denoise_strength == 1`` are the initial noise (the reference draws its own and ignores
+    them); later-frame conditions work with batch > 1 (the reference's concatenation fails);
+    ``image`` with ``video``, a condition with both, ``frame_index`` / ``strength`` with nothing
+    to apply to, and a frame_index past the clip are refused (the reference ignores or fails).
+    A flat ``video=`` is one video (the reference reads a list of frames as one-frame videos).
+
+    Randomness: ``jax.random`` keys from ``seed`` (posterior samples, the extra tokens' noise,
+    the re-noising, the per-step noise, the decode noise).
+    """
+
+    family = LTXConditionHooks
 
 
 def _scaled_ids(f: int, h: int, w: int, spatial: int, temporal: int, frame_index: int) -> np.ndarray:

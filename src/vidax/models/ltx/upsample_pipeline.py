@@ -94,16 +94,61 @@ SHARED = options_by_name(SHARED_OPTIONS)
 
 
 class LTXUpsampleHooks(FamilyHooks):
+    """The hooks of :class:`LTXLatentUpsamplePipeline` (LTX-2's build on them): what its checkpoint
+    is and loads, the input latents' shape, the decode's noise and timestep."""
+
+    pipeline_name = "LTXLatentUpsamplePipeline"
+    task = "upsample"
+
+    stageable = ("vae",)
+
+    latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"
+
+    @classmethod
+    def read_checkpoint(cls, checkpoint: Checkpoint) -> LTXUpsampleInfo:
+        return read_ltx_upsample_checkpoint(checkpoint)
+
+    @classmethod
+    def latent_shape(cls, info: LTXUpsampleInfo, call: Any) -> tuple[int, ...]:
+        """The input latents' shape for a video of ``num_frames`` x ``height`` x ``width``."""
+        f, h, w = (
+            (call.num_frames - 1) // info.vae_config.temporal_compression + 1,
+            call.height // info.vae_config.spatial_compression,
+            call.width // info.vae_config.spatial_compression,
+        )
+        return (call.batch, info.vae_config.latent_channels, f, h, w)
+
+    @classmethod
+    def load_components(
+        cls, info: LTXUpsampleInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+    ) -> dict[str, Any]:
+        """The VAE (``vae_dtype``, float32 by default) and the latent upsampler (``dtype``), both
+        checked against their models before either is read."""
+        from vidax.nn.inputs import parse_dtype
+
+        return load_weighted(info, {"vae": dict(dtype=parse_dtype(vae_dtype)), "latent_upsampler": dict(dtype=dtype)})
+
+    @classmethod
+    def plan_staging(cls, info, dtype, vae_dtype, offload, mesh, text_encoder_dtype=None) -> Staging:
+        return Staging()  # two small modules, both on the device
+
+    def decode_input(self, call, z):
+        return decode_noise(self.info, call, z)
+
+    def decode_kwargs(self, call) -> dict:
+        return decode_timestep_kwargs(self.info, call)
+
+
+class LTXUpsampling:
     """What the latent upsample pipelines share, in one place: :class:`LTXLatentUpsamplePipeline`
     and :class:`~vidax.models.ltx2.upsample_pipeline.LTX2LatentUpsamplePipeline` (each is
-    ``(LTXUpsampleHooks, VideoPipeline)`` and declares what its own upsampler differs in): the
-    call's checks, encoding a video, the upsample and the decode."""
+    ``(LTXUpsampling, VideoPipeline)`` with its hooks as ``family``, and declares what its own
+    upsampler differs in): the call's checks, encoding a video, the upsample and the decode.
+    They take the upsample keywords, not the denoising ones, so the call is theirs."""
 
-    task = "upsample"
-    stageable = ("vae",)
-    latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"
     #: What :meth:`check_upsample_call`'s refusal of other latents adds.
     latents_hint = " (LTXPipeline's packed latents: unpack them first)"
+
     #: The upsampled latents come out normalised (LTX-Video; LTX-2's come out as the upsampler makes them).
     normalize_output = True
 
@@ -126,13 +171,9 @@ class LTXUpsampleHooks(FamilyHooks):
         )
 
     @classmethod
-    def read_checkpoint(cls, checkpoint: Checkpoint) -> LTXUpsampleInfo:
-        return read_ltx_upsample_checkpoint(checkpoint)
-
-    @classmethod
     def for_task(cls, checkpoint: Checkpoint, task: str, info=None) -> type:
         if task != "upsample":
-            info = info or cls.read_checkpoint(checkpoint)
+            info = info or cls.family.read_checkpoint(checkpoint)
             raise InputError(
                 f"checkpoint {checkpoint.root} is {info.variant} ({cls.__name__}): it "
                 "upsamples the latents of a first-stage run or a video, it does not generate from "
@@ -151,30 +192,6 @@ class LTXUpsampleHooks(FamilyHooks):
     @classmethod
     def capabilities_of(cls, info: LTXUpsampleInfo):
         return dataclasses.replace(super().capabilities_of(info), image=False, video=True)
-
-    @classmethod
-    def latent_shape(cls, info: LTXUpsampleInfo, call: Any) -> tuple[int, ...]:
-        """The input latents' shape for a video of ``num_frames`` x ``height`` x ``width``."""
-        f, h, w = (
-            (call.num_frames - 1) // info.vae_config.temporal_compression + 1,
-            call.height // info.vae_config.spatial_compression,
-            call.width // info.vae_config.spatial_compression,
-        )
-        return (call.batch, info.vae_config.latent_channels, f, h, w)
-
-    @classmethod
-    def plan_staging(cls, info, dtype, vae_dtype, offload, mesh, text_encoder_dtype=None) -> Staging:
-        return Staging()  # two small modules, both on the device
-
-    @classmethod
-    def load_components(
-        cls, info: LTXUpsampleInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
-    ) -> dict[str, Any]:
-        """The VAE (``vae_dtype``, float32 by default) and the latent upsampler (``dtype``), both
-        checked against their models before either is read."""
-        from vidax.nn.inputs import parse_dtype
-
-        return load_weighted(info, {"vae": dict(dtype=parse_dtype(vae_dtype)), "latent_upsampler": dict(dtype=dtype)})
 
     def check_upsample_call(
         self,
@@ -216,7 +233,7 @@ class LTXUpsampleHooks(FamilyHooks):
             latents = finite_array("latents", latents)
             if latents.ndim != 5 or latents.shape[1] != v.latent_channels:
                 raise InputError(
-                    f"latents have shape {tuple(latents.shape)}; expected {self.latents_layout} with "
+                    f"latents have shape {tuple(latents.shape)}; expected {self.family.latents_layout} with "
                     f"{v.latent_channels} channels{self.latents_hint}"
                 )
         else:
@@ -247,12 +264,6 @@ class LTXUpsampleHooks(FamilyHooks):
         )
         decode_values(call)  # the decode lists' lengths
         return call
-
-    def decode_input(self, call, z):
-        return decode_noise(self.info, call, z)
-
-    def decode_kwargs(self, call) -> dict:
-        return decode_timestep_kwargs(self.info, call)
 
     def encode_video(self, call: UpsampleCall) -> jax.Array:
         """The video's latents ``(1, F', H', W', C)`` float32: a posterior sample (key from
@@ -320,13 +331,13 @@ class LTXUpsampleHooks(FamilyHooks):
             stats.sample_memory()
             self._pending_load_s = 0.0
             if call.output_type == "latent":
-                return VideoPipelineOutput(frames=self.latents_output(up.astype(jnp.float32)), stats=stats)
+                return VideoPipelineOutput(frames=self.hooks.latents_output(up.astype(jnp.float32)), stats=stats)
             # decode() de-normalises (LTXPipeline's _denormalize_latents): the un-normalised upsampled
             # latents the reference decodes, to float32 rounding.
-            return VideoPipelineOutput(frames=self.decode(call, up.astype(jnp.float32), stats), stats=stats)
+            return VideoPipelineOutput(frames=self.hooks.decode(call, up.astype(jnp.float32), stats), stats=stats)
 
 
-class LTXLatentUpsamplePipeline(LTXUpsampleHooks, VideoPipeline):
+class LTXLatentUpsamplePipeline(LTXUpsampling, VideoPipeline):
     """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: the latents (or the video's
     VAE latents) upsampled by the latent upsampler, AdaIN-matched to the input
     (``adain_factor``), tone-mapped (``tone_map_compression_ratio``), then decoded (or returned
@@ -338,3 +349,5 @@ class LTXLatentUpsamplePipeline(LTXUpsampleHooks, VideoPipeline):
     ``k * temporal + 1`` frames with a warning (as the reference); its latent is a posterior sample
     normalised without the scaling factor and de-normalised with it, as the reference does.
     """
+
+    family = LTXUpsampleHooks

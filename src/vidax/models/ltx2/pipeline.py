@@ -396,8 +396,8 @@ COMPONENTS = ComponentTable(
 class LTX2Hooks(FamilyHooks):
     """The LTX-2 family's hooks, in one place: what :class:`LTX2Pipeline`,
     :class:`~vidax.models.ltx2.pipeline_i2v.LTX2ImageToVideoPipeline` and
-    :class:`~vidax.models.ltx2.pipeline_condition.LTX2ConditionPipeline` share (each is
-    ``(LTX2Hooks, VideoPipeline)`` and declares its task, keywords and own hooks). LTX-Video's
+    :class:`~vidax.models.ltx2.pipeline_condition.LTX2ConditionPipeline` share (:class:`LTX2Pipeline`'s own; each other class's hooks subclass them and declare
+    its task, keywords and own hooks). LTX-Video's
     parts come from the functions of :mod:`vidax.models.ltx.pipeline`.
 
     A pipeline with ``packed_latents`` False takes 5-D ``latents=`` as they are; where its
@@ -409,6 +409,9 @@ class LTX2Hooks(FamilyHooks):
 
     #: diffusers' ``encode_prompt`` output: Gemma's stacked hidden states ``(B, L, D (n + 1))`` and
     #: their mask; the text connectors run on them in the call (:meth:`context_of_parts`).
+    pipeline_name = "LTX2Pipeline"
+    latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
+    call_options = LTX2_OPTIONS
     prompt_embeds_args = ("prompt_embeds", "prompt_attention_mask")
     prompt_mask_dtype = np.int32
     #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by :meth:`check_call`
@@ -501,14 +504,14 @@ class LTX2Hooks(FamilyHooks):
 
     @classmethod
     def default_length(cls, info: LTX2Info) -> str:
-        """As :meth:`VideoPipeline.default_length`; with a duration head (LTX-2.5) the length it
+        """As :meth:`FamilyHooks.default_length`; with a duration head (LTX-2.5) the length it
         predicts from the prompt."""
         if not info.duration_head:
             return super().default_length(info)
         return f"frames predicted by the duration head ({MIN_SECONDS:g}-{MAX_SECONDS:g} s; --num-frames overrides)"
 
     @classmethod
-    def check_call(cls, info: LTX2Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+    def check_call(cls, shared, info: LTX2Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """The shared checks, then CFG runs where ``guidance_scale`` or ``audio_guidance_scale``
         is > 1 (the reference's ``do_classifier_free_guidance``). ``latents=`` of 5 dimensions
         ``(B, C, F', H', W')`` are packed here (normalised in :meth:`prepare_latents`)."""
@@ -523,7 +526,9 @@ class LTX2Hooks(FamilyHooks):
             )
         latents = kwargs.get("latents")
         five = cls.packed_latents and latents is not None and np.ndim(latents) == 5
-        call = super().check_call(info, prompt, negative_prompt, **{**kwargs, "latents": None} if five else kwargs)
+        call = super().check_call(
+            shared, info, prompt, negative_prompt, **{**kwargs, "latents": None} if five else kwargs
+        )
         if _predicts_duration(info, call) and len(call.prompts) > 1:
             raise InputError(
                 Arg("num_frames"),
@@ -604,12 +609,12 @@ class LTX2Hooks(FamilyHooks):
         """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's)."""
         return frame_rate_fps(call, self.defaults.fps)
 
-    def generate(self, call):
+    def prepare_call(self, call):
         """As the reference with ``num_frames=None`` on a checkpoint with a duration head: the
         frame count it predicts for the (first) prompt (:meth:`predict_num_frames`), then the run."""
         if _predicts_duration(self.info, call):
             call = dataclasses.replace(call, num_frames=self.predict_num_frames(call))
-        return super().generate(call)
+        return call
 
     def predict_num_frames(self, call) -> int:
         """The duration head's frame count for ``call.prompts[0]`` (``LTX2Pipeline.__call__`` with
@@ -618,7 +623,7 @@ class LTX2Hooks(FamilyHooks):
         (:func:`~vidax.models.ltx2.duration_head.duration_num_frames`)."""
         from vidax.models.ltx2.duration_head import duration_num_frames
 
-        video, audio, _ = encode_prompts(self, call.prompts[:1], call.max_sequence_length)
+        video, audio, _ = encode_prompts(self.pipe, call.prompts[:1], call.max_sequence_length)
         seconds = float(np.asarray(self.duration_head(video, audio))[0])
         x = call.extra
         frames = duration_num_frames(
@@ -673,13 +678,13 @@ class LTX2Hooks(FamilyHooks):
     def condition(self, call, stats) -> dict:
         """``image=`` on the text-to-video class: LTX-Video's first-frame condition
         (:func:`~vidax.models.ltx.pipeline.first_frame_condition`)."""
-        return first_frame_condition(self, call, stats)
+        return first_frame_condition(self.pipe, call, stats)
 
     def encode_condition(self, pixels: np.ndarray) -> np.ndarray:
         """Frames ``(F, H, W, 3)`` float32 in [-1, 1] -> their normalised latent ``(1, F', H',
         W', C)``: the VAE posterior's mode (``retrieve_latents(..., "argmax")``), ``(z - mean) /
         std`` (no scaling factor, as the reference's ``_normalize_latents`` default)."""
-        mean, _ = encode_with(self, "vae", self.vae.encode, jnp.asarray(pixels)[None])
+        mean, _ = encode_with(self.pipe, "vae", self.vae.encode, jnp.asarray(pixels)[None])
         return normalize_latents(mean.astype(_F32), self.vae.latents_mean[...], self.vae.latents_std[...])
 
     def prepare_latents(self, call, noise, cond):
@@ -829,14 +834,14 @@ class LTX2Hooks(FamilyHooks):
 
     def latents_output(self, latents) -> np.ndarray:
         """De-normalised ``(B, C, F', H', W')``, as the reference's ``output_type="latent"``."""
-        return VideoPipeline.latents_output(self, self.vae.denormalize_latents(latents))
+        return FamilyHooks.latents_output(self, self.vae.denormalize_latents(latents))
 
     def audio_latents_output(self, latents) -> np.ndarray:
         """De-normalised ``(B, C_a, L, M)``, as the reference's ``output_type="latent"``."""
         return np.asarray(unpack_latents(self.audio_vae.denormalize_latents(latents), self.info.audio_mel_bins))
 
 
-class LTX2Pipeline(LTX2Hooks, VideoPipeline):
+class LTX2Pipeline(VideoPipeline):
     """LTX-2 text-to-video with its soundtrack (reference: ``diffusers.LTX2Pipeline``); ``out.audio``
     is the waveform ``(B, channels, samples)`` at ``out.audio_sample_rate`` (the vocoder's).
 
@@ -850,5 +855,4 @@ class LTX2Pipeline(LTX2Hooks, VideoPipeline):
     as the reference).
     """
 
-    latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
-    call_options = LTX2_OPTIONS
+    family = LTX2Hooks

@@ -20,7 +20,7 @@ packed tokens ``(B, N, C)``:
 * ``latents=`` (B, C, F', H', W') de-normalised clean latents (normalised with the scaling
   factor; else zeros), then every token ``n s' + x (1 - s')`` with ``s' = (1 - mask)
   noise_scale``; ``noise_scale`` None: the first of ``sigmas`` or 1. The noise: the base
-  tokens' from ``seed`` as :meth:`~vidax.pipelines.base.VideoPipeline.initial_noise` (5-D),
+  tokens' from ``seed`` as :meth:`~vidax.pipelines.hooks.FamilyHooks.initial_noise` (5-D),
   the appended tokens' from ``fold_in(PRNGKey(seed), 5)``. ``audio_latents`` (B, C_a, L, M)
   are normalised and mixed with ``noise_scale`` too (1 by default: noise).
 * The schedule's shift counts every token, the appended ones too; per token timestep ``t (1 -
@@ -191,12 +191,10 @@ def keyframe_coords(
     return coords
 
 
-class LTX2ConditionPipeline(LTX2Hooks, VideoPipeline):
-    """LTX-2 with image / video conditions at any latent frame, with its soundtrack (see the
-    module docstring); keywords as :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus
-    ``conditions``, the flat ``image`` / ``video`` with ``condition_index`` (0),
-    ``condition_strength`` (1) and ``image_crf`` (33, LTX-2.5: 18), and ``noise_scale`` (None: the first
-    sigma)."""
+class LTX2ConditionHooks(LTX2Hooks):
+    """The hooks of :class:`LTX2ConditionPipeline`."""
+
+    pipeline_name = "LTX2ConditionPipeline"
 
     task = "t2v"
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32), de-normalised clean latents"
@@ -236,8 +234,9 @@ class LTX2ConditionPipeline(LTX2Hooks, VideoPipeline):
     )
 
     @classmethod
-    def class_for_task(cls, task: str) -> type:
-        return cls
+    def class_for_task(cls, task: str) -> type | None:
+        """None: the condition pipeline runs every task of its checkpoint itself."""
+        return None
 
     @classmethod
     def check_family_call(cls, info, call) -> None:
@@ -344,3 +343,13 @@ class LTX2ConditionPipeline(LTX2Hooks, VideoPipeline):
         f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
         x = latents["latents"][:, : f * h * w]
         return {**latents, "latents": x.reshape(x.shape[0], f, h, w, x.shape[-1])}
+
+
+class LTX2ConditionPipeline(VideoPipeline):
+    """LTX-2 with image / video conditions at any latent frame, with its soundtrack (see the
+    module docstring); keywords as :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus
+    ``conditions``, the flat ``image`` / ``video`` with ``condition_index`` (0),
+    ``condition_strength`` (1) and ``image_crf`` (33, LTX-2.5: 18), and ``noise_scale`` (None: the first
+    sigma)."""
+
+    family = LTX2ConditionHooks

@@ -30,16 +30,17 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import h264_recompress, one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.ltx2.conditioning import IMAGE_CRF, default_image_crf
 from vidax.models.ltx2.pipeline import LTX2_OPTIONS, LTX2Hooks
-from vidax.pipelines.base import VideoPipeline
+from vidax.pipelines.base import VideoPipeline, image_first_call
 
 logger = logging.getLogger("vidax.pipeline")
 
 _F32 = jnp.float32
 
 
-class LTX2ImageToVideoPipeline(LTX2Hooks, VideoPipeline):
-    """LTX-2 image-to-video with its soundtrack: ``pipe(image, prompt, ...)``; keywords as
-    :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus ``image_crf`` (33, LTX-2.5: 18)."""
+class LTX2ImageToVideoHooks(LTX2Hooks):
+    """The hooks of :class:`LTX2ImageToVideoPipeline`."""
+
+    pipeline_name = "LTX2ImageToVideoPipeline"
 
     task = "i2v"
     latents_layout = (
@@ -47,9 +48,6 @@ class LTX2ImageToVideoPipeline(LTX2Hooks, VideoPipeline):
     )
     call_options = LTX2_OPTIONS + (IMAGE_CRF,)
     packed_latents = False
-
-    def __call__(self, image=None, prompt=None, negative_prompt=None, **kwargs):
-        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
 
     @classmethod
     def check_family_call(cls, info, call) -> None:
@@ -119,3 +117,11 @@ class LTX2ImageToVideoPipeline(LTX2Hooks, VideoPipeline):
         if not given:
             video = video.at[:, :1].set(jnp.broadcast_to(cond["first_frame"].reshape(-1, 1, h, w, c), (b, 1, h, w, c)))
         return {**out, "latents": video}
+
+
+class LTX2ImageToVideoPipeline(VideoPipeline):
+    """LTX-2 image-to-video with its soundtrack: ``pipe(image, prompt, ...)``; keywords as
+    :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus ``image_crf`` (33, LTX-2.5: 18)."""
+
+    family = LTX2ImageToVideoHooks
+    __call__ = image_first_call

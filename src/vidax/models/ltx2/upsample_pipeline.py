@@ -35,7 +35,7 @@ import numpy as np
 from vidax.checkpoint import CallDefaults, Checkpoint
 from vidax.errors import Arg, InputError
 from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
-from vidax.models.ltx.upsample_pipeline import UPSAMPLE_DECODE_ARGS, LTXUpsampleHooks, UpsampleCall
+from vidax.models.ltx.upsample_pipeline import UPSAMPLE_DECODE_ARGS, LTXUpsampleHooks, LTXUpsampling, UpsampleCall
 from vidax.models.ltx2.config import LTX2LatentUpsamplerConfig, LTX2VideoVAEConfig
 from vidax.pipelines.base import VideoPipeline, finite_array
 from vidax.pipelines.common import VideoPipelineOutput
@@ -53,32 +53,14 @@ def unpack_video_latents(
     return x.transpose(0, 4, 1, 5, 2, 6, 3, 7).reshape(b, c, f * patch_size_t, h * patch_size, w * patch_size)
 
 
-class LTX2LatentUpsamplePipeline(LTXUpsampleHooks, VideoPipeline):
-    """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: LTX-2 VAE latents upsampled
-    by the latent upsampler (see the module docstring), then decoded, or returned un-normalised
-    ``(B, C, F'', H'', W'')`` with ``output_type="latent"``.
+class LTX2UpsampleHooks(LTXUpsampleHooks):
+    """The hooks of :class:`LTX2LatentUpsamplePipeline`: LTX-Video's, with LTX-2's checkpoint and
+    latents layout, and the decode of un-normalised latents."""
 
-    Keywords beyond LTX-Video's upsample pipeline: ``num_frames`` (121), ``spatial_patch_size``
-    (1), ``temporal_patch_size`` (1): the grid of packed ``latents``; ``latents_normalized``
-    (False): the given latents are normalised (de-normalised before the upsampler).
-    """
-
+    pipeline_name = "LTX2LatentUpsamplePipeline"
     latents_layout = (
         "(batch, latent channels, latent frames, height/32, width/32) un-normalised, or packed "
         "(batch, latent frames x height/32 x width/32, latent channels)"
-    )
-    latents_hint = ""
-    normalize_output = False
-    upsample_call_args = (
-        "video",
-        "height",
-        "width",
-        "num_frames",
-        "spatial_patch_size",
-        "temporal_patch_size",
-        "latents",
-        "latents_normalized",
-        *UPSAMPLE_DECODE_ARGS,
     )
 
     @classmethod
@@ -98,9 +80,40 @@ class LTX2LatentUpsamplePipeline(LTXUpsampleHooks, VideoPipeline):
             vae_config=LTX2VideoVAEConfig,
             upsampler_config=LTX2LatentUpsamplerConfig,
             name="LTX-2",
-            pipeline=cls.__name__,
+            pipeline=cls.pipeline_name,
             defaults=defaults,
         )
+
+    def latents_to_decode(self, call, latents):
+        """The shared decode de-normalises; the reference decodes the upsampled latents as they
+        are, so they are normalised here and come back to float32 rounding (~1e-7 relative)."""
+        return self.vae.normalize_latents(latents)
+
+
+class LTX2LatentUpsamplePipeline(LTXUpsampling, VideoPipeline):
+    """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: LTX-2 VAE latents upsampled
+    by the latent upsampler (see the module docstring), then decoded, or returned un-normalised
+    ``(B, C, F'', H'', W'')`` with ``output_type="latent"``.
+
+    Keywords beyond LTX-Video's upsample pipeline: ``num_frames`` (121), ``spatial_patch_size``
+    (1), ``temporal_patch_size`` (1): the grid of packed ``latents``; ``latents_normalized``
+    (False): the given latents are normalised (de-normalised before the upsampler).
+    """
+
+    family = LTX2UpsampleHooks
+    latents_hint = ""
+    normalize_output = False
+    upsample_call_args = (
+        "video",
+        "height",
+        "width",
+        "num_frames",
+        "spatial_patch_size",
+        "temporal_patch_size",
+        "latents",
+        "latents_normalized",
+        *UPSAMPLE_DECODE_ARGS,
+    )
 
     def check_upsample_call(
         self,
@@ -156,11 +169,6 @@ class LTX2LatentUpsamplePipeline(LTXUpsampleHooks, VideoPipeline):
     def encode_video(self, call: UpsampleCall):
         """The video's posterior sample, un-normalised (the upsampler's input, as the reference)."""
         return self.sample_video_latents(call)
-
-    def latents_to_decode(self, call, latents):
-        """The shared decode de-normalises; the reference decodes the upsampled latents as they
-        are, so they are normalised here and come back to float32 rounding (~1e-7 relative)."""
-        return self.vae.normalize_latents(latents)
 
     def __call__(
         self,

@@ -32,9 +32,8 @@ from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
 from vidax.models.skyreels_v2.long_video import CHUNK_OPTIONS, DEFAULT_OVERLAP_HISTORY, LongVideo
 from vidax.models.wan.config import WanInfo
-from vidax.models.wan.pipeline import WAN_I2V_OPTIONS, WanHooks, check_image_to_video_call
-from vidax.pipelines.base import VideoPipeline, cfg_pair
-from vidax.pipelines.hooks import FamilyHooks
+from vidax.models.wan.pipeline import WanHooks, WanImageToVideoHooks, WanImageToVideoPipeline
+from vidax.pipelines.base import VideoPipeline, cfg_pair, image_first_call
 from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
 from vidax.pipelines.prompts import encode_with
 from vidax.schedulers.base import StepIndexed, register_state
@@ -58,17 +57,16 @@ def read_without_fps(checkpoint, pipeline: str) -> WanInfo:
     return info
 
 
-class SkyReelsV2Pipeline(WanHooks, VideoPipeline):
-    """SkyReels-V2 text-to-video (reference: ``diffusers.SkyReelsV2Pipeline``): Wan's loop, one
-    timestep for all frames, with the SkyReels-V2 transformer (its config's causal blocks). Build
-    with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
+class SkyReelsV2Hooks(WanHooks):
+    """The hooks of :class:`SkyReelsV2Pipeline`: Wan's, with SkyReels-V2's checkpoint reading."""
 
+    pipeline_name = "SkyReelsV2Pipeline"
     unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
 
     @classmethod
     def read_checkpoint(cls, checkpoint) -> WanInfo:
         """:func:`read_without_fps`."""
-        return read_without_fps(checkpoint, "SkyReelsV2Pipeline")
+        return read_without_fps(checkpoint, cls.pipeline_name)
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
@@ -76,7 +74,23 @@ class SkyReelsV2Pipeline(WanHooks, VideoPipeline):
         return SkyReelsV2Pipeline if task == "t2v" else SkyReelsV2ImageToVideoPipeline
 
 
-class SkyReelsV2ImageToVideoPipeline(WanHooks, VideoPipeline):
+class SkyReelsV2ImageToVideoHooks(SkyReelsV2Hooks, WanImageToVideoHooks):
+    """The hooks of :class:`SkyReelsV2ImageToVideoPipeline`: SkyReels-V2's checkpoint reading,
+    then Wan's image-to-video ones (task, keywords and their checks)."""
+
+    pipeline_name = "SkyReelsV2ImageToVideoPipeline"
+
+
+class SkyReelsV2Pipeline(VideoPipeline):
+    """SkyReels-V2 text-to-video (reference: ``diffusers.SkyReelsV2Pipeline``): Wan's loop, one
+    timestep for all frames, with the SkyReels-V2 transformer (its config's causal blocks). Build
+    with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
+
+    family = SkyReelsV2Hooks
+    image_encoder = None
+
+
+class SkyReelsV2ImageToVideoPipeline(VideoPipeline):
     """SkyReels-V2 image-to-video (reference: ``diffusers.SkyReelsV2ImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``, Wan2.1 I2V's conditioning and loop
     (:class:`~vidax.models.wan.pipeline.WanImageToVideoPipeline`: CLIP penultimate hidden states
@@ -85,27 +99,10 @@ class SkyReelsV2ImageToVideoPipeline(WanHooks, VideoPipeline):
     for all frames. The image encoder is a ``CLIPVisionModelWithProjection`` (its projection is
     not run: the pipeline reads the penultimate hidden states)."""
 
-    task = "i2v"
-    call_options = WAN_I2V_OPTIONS
-    unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
-
-    @classmethod
-    def read_checkpoint(cls, checkpoint) -> WanInfo:
-        """:func:`read_without_fps`."""
-        return read_without_fps(checkpoint, "SkyReelsV2ImageToVideoPipeline")
-
-    @classmethod
-    def class_for_task(cls, task: str) -> type:
-        return SkyReelsV2Pipeline.class_for_task(task)
-
-    @classmethod
-    def check_family_call(cls, info, call) -> None:
-        """The Wan checks, then :func:`~vidax.models.wan.pipeline.check_image_to_video_call`."""
-        super().check_family_call(info, call)
-        check_image_to_video_call(info, call)
-
-    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+    family = SkyReelsV2ImageToVideoHooks
+    image_encoder = None
+    __call__ = image_first_call
+    encode_image = WanImageToVideoPipeline.encode_image
 
 
 @register_state
@@ -192,13 +189,14 @@ FORCING_OPTIONS = (
 )
 
 
-class SkyReelsV2ForcingHooks(LongVideo, FamilyHooks):
-    """The hooks of SkyReels-V2's diffusion-forcing pipelines, in one place: what
-    :class:`SkyReelsV2DiffusionForcingPipeline` and its image- and video-to-video siblings share
-    (each is ``(SkyReelsV2ForcingHooks, WanHooks, VideoPipeline)``: these hooks first, Wan's
-    text encoding, conditioning and model inputs after them; each declares its task, keywords
-    and own hooks). Long videos chunk by chunk (:class:`~vidax.models.skyreels_v2.long_video.LongVideo`)."""
+class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
+    """The hooks of SkyReels-V2's diffusion-forcing pipelines, in one place:
+    :class:`SkyReelsV2DiffusionForcingPipeline`'s, and what its image- and video-to-video
+    siblings' build on (these hooks first, Wan's text encoding, conditioning and model inputs
+    after them). Long videos chunk by chunk (:class:`~vidax.models.skyreels_v2.long_video.LongVideo`)."""
 
+    pipeline_name = "SkyReelsV2DiffusionForcingPipeline"
+    call_options = FORCING_OPTIONS
     unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
 
     #: The static settings of the chunk being denoised (set by :meth:`denoise`, part of
@@ -268,7 +266,7 @@ class SkyReelsV2ForcingHooks(LongVideo, FamilyHooks):
         super().check_family_call(info, call)
         if call.image is not None and cls.task != "i2v":  # diffusers' pipeline takes no image= (a TypeError)
             raise InputError(
-                f"{cls.__name__} takes no ",
+                f"{cls.pipeline_name} takes no ",
                 Arg("image"),
                 ": image-to-video on this checkpoint is SkyReelsV2DiffusionForcingImageToVideoPipeline "
                 "(vidax.load_pipeline(path, task='i2v'), vidax generate --image)",
@@ -353,7 +351,9 @@ class SkyReelsV2ForcingHooks(LongVideo, FamilyHooks):
             n = len(matrix)
             if self.mesh is None:
                 lat, chunk_state = jax.device_put((lat, chunk_state), jax.local_devices()[0])
-            lat, _ = self.denoiser.run_expert(self, 0, call, lat, chunk_state, (inputs,), (axes,), (n, 0, n), stats)
+            lat, _ = self.denoiser.run_expert(
+                self.pipe, 0, call, lat, chunk_state, (inputs,), (axes,), (n, 0, n), stats
+            )
             finished.add(lat[:, chunk.overlap :])
             if chunk_done is not None:
                 chunk_done(k, lat[:, chunk.overlap :], end, stats)
@@ -401,7 +401,7 @@ class SkyReelsV2ForcingHooks(LongVideo, FamilyHooks):
         return [0] * int(state.num_inference_steps)
 
 
-class SkyReelsV2DiffusionForcingPipeline(SkyReelsV2ForcingHooks, WanHooks, VideoPipeline):
+class SkyReelsV2DiffusionForcingPipeline(VideoPipeline):
     """SkyReels-V2 text-to-video with diffusion forcing (reference:
     ``diffusers.SkyReelsV2DiffusionForcingPipeline``); long videos chunk by chunk. Build with
     :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
@@ -411,23 +411,14 @@ class SkyReelsV2DiffusionForcingPipeline(SkyReelsV2ForcingHooks, WanHooks, Video
     ``num_frames``); later chunks draw theirs from the seed.
     """
 
-    call_options = FORCING_OPTIONS
+    family = SkyReelsV2ForcingHooks
+    image_encoder = None
 
 
-class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2ForcingHooks, WanHooks, VideoPipeline):
-    """SkyReels-V2 image-to-video with diffusion forcing (reference:
-    ``diffusers.SkyReelsV2DiffusionForcingImageToVideoPipeline``): ``pipe(image, prompt, ...)`` on a
-    diffusion-forcing checkpoint (no image encoder: the transformer sees the latents alone).
+class SkyReelsV2DiffusionForcingImageToVideoHooks(SkyReelsV2ForcingHooks):
+    """The hooks of :class:`SkyReelsV2DiffusionForcingImageToVideoPipeline`."""
 
-    ``image`` (a PIL image or uint8 array (H, W, 3), resized to height x width as Wan's I2V) is
-    VAE-encoded alone, one latent frame, and is the first chunk's first latent frame, finished
-    from the start of the schedule (its prefix; ``addnoise_condition`` re-noises it as it does a
-    long video's repeated frames). ``last_image``: its latent frame is appended to the last chunk
-    at timestep 0, never updated, and dropped before the decode (``output_type="latent"`` keeps
-    it, as the reference). Other keywords and ``latents`` as
-    :class:`SkyReelsV2DiffusionForcingPipeline`.
-    """
-
+    pipeline_name = "SkyReelsV2DiffusionForcingImageToVideoPipeline"
     task = "i2v"
     call_options = FORCING_OPTIONS + (
         CallOption(
@@ -489,7 +480,7 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2ForcingHooks, Wan
                     for im, n in zip(images, names)
                 ]
             )
-            mean, _ = encode_with(self, "vae", self.vae.encode, pixels[:, None])
+            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels[:, None])
             z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         n = call.batch
@@ -511,26 +502,31 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2ForcingHooks, Wan
         """Without the last image's latent frame (the reference drops it before its decode)."""
         return latents if call.extra.get("last_image") is None else latents[:, :-1]
 
-    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
 
+class SkyReelsV2DiffusionForcingImageToVideoPipeline(VideoPipeline):
+    """SkyReels-V2 image-to-video with diffusion forcing (reference:
+    ``diffusers.SkyReelsV2DiffusionForcingImageToVideoPipeline``): ``pipe(image, prompt, ...)`` on a
+    diffusion-forcing checkpoint (no image encoder: the transformer sees the latents alone).
 
-class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2ForcingHooks, WanHooks, VideoPipeline):
-    """SkyReels-V2 video extension with diffusion forcing (reference:
-    ``diffusers.SkyReelsV2DiffusionForcingVideoToVideoPipeline``): ``pipe(video, prompt, ...)``
-    continues ``video`` on a diffusion-forcing checkpoint.
-
-    ``video`` (uint8 (F, H, W, 3) frames or a list of images, each resized to height x width as
-    Wan's I2V image): its last ``overlap_history`` frames (video frames, as diffusers counts them;
-    default 17, SkyReels-V2's recommended, where diffusers' None fails) are VAE-encoded and are the first
-    chunk's prefix (finished frames, trimmed to whole causal blocks); every chunk has at most
-    ``base_num_frames`` frames and repeats ``overlap_history`` of the video so far (the first chunk
-    ``min(num_frames, base_num_frames)``), so ``num_frames`` counts the generated video with the
-    re-encoded overlap. The decoded video follows the given one: ``len(video) + num_frames``
-    frames, as the reference returns (``output_type="latent"``: the generated latents alone).
-    The first chunk's noise comes from the seed (the reference fails on ``latents=``).
+    ``image`` (a PIL image or uint8 array (H, W, 3), resized to height x width as Wan's I2V) is
+    VAE-encoded alone, one latent frame, and is the first chunk's first latent frame, finished
+    from the start of the schedule (its prefix; ``addnoise_condition`` re-noises it as it does a
+    long video's repeated frames). ``last_image``: its latent frame is appended to the last chunk
+    at timestep 0, never updated, and dropped before the decode (``output_type="latent"`` keeps
+    it, as the reference). Other keywords and ``latents`` as
+    :class:`SkyReelsV2DiffusionForcingPipeline`.
     """
 
+    family = SkyReelsV2DiffusionForcingImageToVideoHooks
+    image_encoder = None
+
+    __call__ = image_first_call
+
+
+class SkyReelsV2DiffusionForcingVideoToVideoHooks(SkyReelsV2ForcingHooks):
+    """The hooks of :class:`SkyReelsV2DiffusionForcingVideoToVideoPipeline`."""
+
+    pipeline_name = "SkyReelsV2DiffusionForcingVideoToVideoPipeline"
     task = "v2v"
     call_options = FORCING_OPTIONS + (
         CallOption(
@@ -591,12 +587,12 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2ForcingHooks, Wan
         super().check_family_call(info, call)
 
     @classmethod
-    def check_call(cls, info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+    def check_call(cls, shared, info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """The checks of every pipeline, with ``overlap_history`` :data:`DEFAULT_OVERLAP_HISTORY`
         where not given (diffusers' default, None, fails in its ``prepare_latents``)."""
         if kwargs.get("overlap_history") is None:
             kwargs["overlap_history"] = DEFAULT_OVERLAP_HISTORY
-        return super().check_call(info, prompt, negative_prompt, **kwargs)
+        return super().check_call(shared, info, prompt, negative_prompt, **kwargs)
 
     def condition(self, call, stats) -> dict:
         """``video_latents`` (B, P, h, w, C) float32: the normalised VAE encoding (the
@@ -604,7 +600,7 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2ForcingHooks, Wan
         overlap = call.extra["overlap_history"]
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             pixels = self.video_pixels(call)[-overlap:]
-            mean, _ = encode_with(self, "vae", self.vae.encode, pixels[None])
+            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels[None])
             z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return {"video_latents": z}
@@ -624,6 +620,26 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2ForcingHooks, Wan
     def stream_prefix(self, call) -> np.ndarray:
         """The given video's frames (as resized, in [0, 1]): the decoded ones follow them."""
         return np.clip(self.video_pixels(call) / np.float32(2.0) + np.float32(0.5), 0.0, 1.0)[None]
+
+
+class SkyReelsV2DiffusionForcingVideoToVideoPipeline(VideoPipeline):
+    """SkyReels-V2 video extension with diffusion forcing (reference:
+    ``diffusers.SkyReelsV2DiffusionForcingVideoToVideoPipeline``): ``pipe(video, prompt, ...)``
+    continues ``video`` on a diffusion-forcing checkpoint.
+
+    ``video`` (uint8 (F, H, W, 3) frames or a list of images, each resized to height x width as
+    Wan's I2V image): its last ``overlap_history`` frames (video frames, as diffusers counts them;
+    default 17, SkyReels-V2's recommended, where diffusers' None fails) are VAE-encoded and are the first
+    chunk's prefix (finished frames, trimmed to whole causal blocks); every chunk has at most
+    ``base_num_frames`` frames and repeats ``overlap_history`` of the video so far (the first chunk
+    ``min(num_frames, base_num_frames)``), so ``num_frames`` counts the generated video with the
+    re-encoded overlap. The decoded video follows the given one: ``len(video) + num_frames``
+    frames, as the reference returns (``output_type="latent"``: the generated latents alone).
+    The first chunk's noise comes from the seed (the reference fails on ``latents=``).
+    """
+
+    family = SkyReelsV2DiffusionForcingVideoToVideoHooks
+    image_encoder = None
 
     def __call__(self, video: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, video=video, **kwargs)

@@ -37,7 +37,7 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
-from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, frames_of_form
+from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, frames_of_form, image_first_call
 from vidax.pipelines.common import prompt_clean
 from vidax.pipelines.experts import expert_for_steps
 from vidax.pipelines.hooks import FamilyHooks
@@ -83,24 +83,21 @@ WAN_I2V_OPTIONS = (
 
 
 class WanHooks(FamilyHooks):
-    """The Wan family's hooks, in one place: what :class:`WanPipeline` and
-    :class:`WanImageToVideoPipeline` share (each is ``(WanHooks, VideoPipeline)`` and declares its
-    task, keywords and own checks); SkyReels-V2's pipelines, Wan's loop with their transformer,
-    name it too."""
+    """The Wan family's hooks, in one place: :class:`WanPipeline`'s, and what the image-to-video
+    class's (:class:`WanImageToVideoHooks`) and SkyReels-V2's (Wan's loop with their transformer)
+    build on."""
 
+    pipeline_name = "WanPipeline"
     separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
     prompt_embeds_args = ("prompt_embeds",)
 
     latents_layout = "(batch, z_dim, latent frames, height / vae_scale, width / vae_scale)"
     scheduler_classes = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
 
-    #: The CLIP image encoder (Wan2.1 I2V checkpoints), else None.
-    image_encoder = None
-
-    def __init__(self, info: WanInfo, modules, **kwargs):
-        super().__init__(info, modules, **kwargs)
+    def __init__(self, pipe):
+        super().__init__(pipe)
         #: Where the experts switch (model_index.json's); None runs ``transformer`` at every step.
-        self.boundary_ratio = info.boundary_ratio
+        self.boundary_ratio = pipe.info.boundary_ratio
 
     @property
     def expand_timesteps(self) -> bool:
@@ -252,7 +249,7 @@ class WanHooks(FamilyHooks):
                 video[0, 0] = pixels
                 if last_rgb is not None:
                     video[0, -1] = vae_image_preprocess(last_rgb, call.height, call.width, name="last_image")
-            mean, _ = encode_with(self, "vae", self.vae.encode, video)  # the posterior's mode ("argmax")
+            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, video)  # the posterior's mode ("argmax")
             z = jnp.repeat(self.vae.normalize_latents(mean), batch, axis=0)
             if info.expand_timesteps:
                 cond["first_frame"] = z
@@ -295,12 +292,31 @@ class WanHooks(FamilyHooks):
         return jnp.concatenate([cond["first_frame"].astype(latents.dtype), latents[:, 1:]], axis=1)
 
 
-class WanPipeline(WanHooks, VideoPipeline):
+class WanImageToVideoHooks(WanHooks):
+    """The hooks of :class:`WanImageToVideoPipeline`: Wan's, the image-to-video keywords and their
+    checks (SkyReels-V2's image-to-video class builds on them too)."""
+
+    pipeline_name = "WanImageToVideoPipeline"
+    task = "i2v"
+    call_options = WAN_I2V_OPTIONS
+
+    @classmethod
+    def check_family_call(cls, info, call) -> None:
+        """The Wan checks, then :func:`check_image_to_video_call`."""
+        super().check_family_call(info, call)
+        check_image_to_video_call(info, call)
+
+
+class WanPipeline(VideoPipeline):
     """Wan text-to-video, and image-to-video on TI2V-5B (``image=``) (reference:
     ``diffusers.WanPipeline``). Build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
 
+    family = WanHooks
+    #: The CLIP image encoder (Wan2.1 I2V checkpoints), else None.
+    image_encoder = None
 
-class WanImageToVideoPipeline(WanHooks, VideoPipeline):
+
+class WanImageToVideoPipeline(VideoPipeline):
     """Wan image-to-video (reference: ``diffusers.WanImageToVideoPipeline``): ``pipe(image, prompt, ...)``.
 
     ``image``: the first frame, a PIL image or uint8 array (H, W, 3) (see
@@ -316,17 +332,14 @@ class WanImageToVideoPipeline(WanHooks, VideoPipeline):
     prompt only and fails for ``num_videos_per_prompt > 1``; vidax repeats them for every video.)
     """
 
-    task = "i2v"
-    call_options = WAN_I2V_OPTIONS
+    family = WanImageToVideoHooks
+    image_encoder = None
+    __call__ = image_first_call
 
-    @classmethod
-    def check_family_call(cls, info, call) -> None:
-        """The Wan checks, then :func:`check_image_to_video_call`."""
-        super().check_family_call(info, call)
-        check_image_to_video_call(info, call)
-
-    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+    def encode_image(self, image: Any) -> jax.Array:
+        """diffusers' ``encode_image``: the CLIP features float32 (N, L_img, D_img) of N images
+        (:meth:`WanHooks.encode_image`)."""
+        return self.hooks.encode_image(image)
 
 
 def check_image_to_video_call(info: WanInfo, call) -> None:
