@@ -81,7 +81,10 @@ def test_host_memory_told_apart_anonymous_and_mapped_files(tmp_path):
     stats, size = RunStats(), 64 * 2**20
     stats.sample_memory()
     before = host_memory_bytes()
-    held = np.ones(size, np.uint8)  # written: resident anonymous pages
+    # written: resident anonymous pages (a private mapping of its own: a numpy array could reuse
+    # heap pages already resident, freed by a test before, and the process would not grow)
+    held = np.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), np.uint8)
+    held[:] = 1
     path = tmp_path / "file"
     path.write_bytes(b"\1" * size)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
