@@ -673,12 +673,12 @@ def test_large_size_warns_with_an_estimate(caplog):
         "default 480x832, 81 frames (42x its tokens): 1376256 tokens per sample x batch 2: "
         "peak memory ~"
     ), message
-    # The peak of run_memory_estimate by part: the decode chunk (4 frames x 4096 x 4096 x 96
-    # channels x 80 bytes = 480 GiB, plus the cache it carries to the next chunk: 147.78 GiB,
-    # 0.55 MiB per latent pixel of 512 x 512) is the largest phase; latents (x2) and the video
-    # (3 float32 copies).
+    # The peak of run_memory_estimate by part: the decode chunk (a later chunk's 4 frames and the
+    # 2 cached before them, 6 x 4096 x 4096 x 96 channels x 80 bytes = 720 GiB, plus the cache it
+    # carries to the next chunk: 147.78 GiB, 0.55 MiB per latent pixel of 512 x 512) is the
+    # largest phase; latents (x2) and the video (3 float32 copies).
     assert message.endswith(
-        ": peak memory ~674.16 GiB (denoising step 435.75 GiB, VAE decode chunk 627.78 GiB, "
+        ": peak memory ~914.16 GiB (denoising step 435.75 GiB, VAE decode chunk 867.78 GiB, "
         "latents and video 46.22 GiB), ~698234 TFLOP of attention per step"
     ), message
 

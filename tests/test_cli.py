@@ -34,6 +34,22 @@ def _vidax(*args, env_extra=None, cwd=None):
     )
 
 
+def _vidax_here(*args):
+    """``vidax ARGS`` run in this process (for refusals made before any weight is read): an
+    object with ``returncode`` and ``stderr`` as :func:`_vidax`'s; an exception other than the
+    exit is re-raised (a traceback in a real process)."""
+    import types
+
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    r = CliRunner().invoke(app, list(args))
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return types.SimpleNamespace(returncode=r.exit_code, stderr=r.stderr)
+
+
 def test_generate_on_embedded_default(tmp_path):
     """A new user's first run: no --checkpoint (the embedded one, said RANDOM) and no --output,
     in a folder holding an earlier run's vidax-output.mp4: that file is kept, the video goes to
@@ -518,13 +534,13 @@ def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_fil
         (("--checkpoint", variants["a14b"], "--image", image_file), "Wan2.2 A14B T2V"),
         (("--checkpoint", ckpt, "--guidance-scale-2", "2"), "only used by checkpoints with two experts"),
     ):
-        r = _vidax("generate", "--prompt", "x", *args, *I2V_ARGS, "--output", str(tmp_path / "v.mp4"))
+        r = _vidax_here("generate", "--prompt", "x", *args, *I2V_ARGS, "--output", str(tmp_path / "v.mp4"))
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     # Unreadable and missing image files fail before any model is loaded.
     bad = tmp_path / "bad.png"
     bad.write_text("not an image")
     for path, message in ((bad, "could not be read as an image"), (tmp_path / "none.png", "no such file")):
-        r = _vidax(
+        r = _vidax_here(
             "generate",
             "--prompt",
             "x",
@@ -538,7 +554,7 @@ def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_fil
         )
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     # TI2V-5B (16x VAE, 2x2 patches): sizes must be multiples of 32, the message names them.
-    r = _vidax(
+    r = _vidax_here(
         "generate",
         "--prompt",
         "x",
