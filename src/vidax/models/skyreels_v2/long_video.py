@@ -10,7 +10,8 @@ latents wait on the host.
 With the call keyword ``on_chunk`` (a callable, vidax's own: diffusers has none) every chunk's
 new latent frames are decoded right away (:class:`ChunkDecoder`: the Wan VAE is causal, so frame
 by frame with its cache carried from chunk to chunk is the same decode as the whole video's at
-once, and device memory holds one latent frame's decode and the cache) and handed to
+once, tiled where the VAE's tiling applies; between chunks the caches wait in host memory, and a
+transformer the plan stages waits there while a chunk decodes) and handed to
 ``on_chunk(FinishedChunk)``: ``vidax generate`` appends them to the growing mp4, ``vidax serve``
 reports the chunk in its events. The call then returns these frames instead of decoding again.
 """
