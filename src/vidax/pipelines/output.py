@@ -4,7 +4,8 @@ audio decoder's), the frames as arrays or PIL images.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -104,6 +105,19 @@ def check_decodable(call: Call, latents: jax.Array, kept: Callable[[], np.ndarra
         raise error
 
 
+@contextlib.contextmanager
+def decoding(pipe: Any) -> Iterator[None]:
+    """Where and how ``pipe``'s VAE decodes: the transformers' weights in host memory where the
+    plan stages them (:meth:`~vidax.pipelines.staging.Staging.off_device`), the VAE on the device,
+    its matmul precision (the whole video's decode and a long video's chunk decodes alike)."""
+    with (
+        pipe.staging.off_device(transformers_of(pipe)),
+        pipe.staging.on_device("vae"),
+        matmul_precision(pipe.vae_matmul_precision),
+    ):
+        yield
+
+
 def decode_video(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> np.ndarray:
     """Frames float32 (B, F, H, W, 3) in [0, 1] of ``pipe``'s final video latents through the VAE
     contract (``pipe.vae``; the default of ``pipe.hooks.decode``): its own latent de-normalisation
@@ -117,11 +131,7 @@ def decode_video(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> 
     with stats.timed("decode_s"):
         chunks = []
         vae_params = nnx.state(pipe.vae, nnx.Param)
-        with (
-            pipe.staging.off_device(transformers_of(pipe)),
-            pipe.staging.on_device("vae"),
-            matmul_precision(pipe.vae_matmul_precision),
-        ):
+        with decoding(pipe):
             # De-normalised with the VAE on the device: its statistics may be checkpoint buffers.
             z = pipe.hooks.decode_input(call, pipe.vae.denormalize_latents(pipe.hooks.latents_to_decode(call, latents)))
             n = pipe.vae.decode_chunks(z)

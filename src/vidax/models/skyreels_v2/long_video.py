@@ -27,10 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.nn.precision import matmul_precision
 from vidax.pipelines.options import OBJECT, CallOption
-from vidax.pipelines.output import check_finite
-from vidax.pipelines.staging import transformers_of
+from vidax.pipelines.output import check_finite, decoding
 
 #: The call keyword of the chunk callback (an ``OBJECT`` option: no flag).
 ON_CHUNK = CallOption(
@@ -188,12 +186,7 @@ class LongVideo:
         count, done = len(chunks), [0]
 
         def chunk_done(index: int, new: jax.Array, end: int, stats) -> None:
-            with (
-                stats.timed("decode_s"),
-                self.staging.off_device(transformers_of(self)),
-                self.staging.on_device("vae"),
-                matmul_precision(self.vae_matmul_precision),
-            ):
+            with stats.timed("decode_s"), decoding(self.pipe):
                 z = self.decode_input(call, self.vae.denormalize_latents(new[:, : new.shape[1] - end]))
                 video = decoder(z)
                 check_finite(f"the VAE decode (chunk {index + 1} of {count})", video, nnx.state(self.vae, nnx.Param))
