@@ -308,8 +308,7 @@ def run(args, hard_stop: bool = False) -> dict:
             if writer is not None:
                 frames = writer.frames
                 writer.finish()
-                # chunk: (frames it added, seconds since the call began when it was written)
-                row.update(chunks=chunks, frames_written=frames)
+                row["chunks"] = chunks  # [frames it added, seconds since the call began when it was written]
             else:
                 audio = None if out.audio is None else out.audio[0]
                 write_video(
@@ -324,8 +323,7 @@ def run(args, hard_stop: bool = False) -> dict:
             row["write_s"] = round(time.perf_counter() - t0, 2)
             row["output"] = path
             row["finite"] = all(finite) if writer is not None else bool(np.isfinite(out.frames).all())
-            row["frames_per_wall_s"] = None  # set below, from the process wall
-            row["frames"] = frames
+            row["frames"] = frames  # frames_per_wall_s: below, from the process wall
         elif writer is not None:
             writer.abort()
         call_s = time.perf_counter() - t_call
