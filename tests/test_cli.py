@@ -35,8 +35,8 @@ def _vidax(*args, env_extra=None, cwd=None):
 
 
 def _vidax_here(*args):
-    """``vidax ARGS`` run in this process (for refusals made before any weight is read): an
-    object with ``returncode`` and ``stderr`` as :func:`_vidax`'s; an exception other than the
+    """``vidax ARGS`` run in this process (refusals, inspect): an object with ``returncode``,
+    ``stdout`` and ``stderr`` as :func:`_vidax`'s; an exception other than the
     exit is re-raised (a traceback in a real process)."""
     import types
 
@@ -47,7 +47,7 @@ def _vidax_here(*args):
     r = CliRunner().invoke(app, list(args))
     if r.exception is not None and not isinstance(r.exception, SystemExit):
         raise r.exception
-    return types.SimpleNamespace(returncode=r.exit_code, stderr=r.stderr)
+    return types.SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
 
 
 def test_generate_on_embedded_default(tmp_path):
@@ -484,7 +484,7 @@ def test_lora_flag_and_inspect(variants, tmp_path):
     tests/test_lora.py for the merge itself); vidax inspect describes the file; a file
     with a stray key or a truncated one is refused in one line (the truncated one before loading)."""
     lora = _wan_lora_file(variants["a14b"], tmp_path / "style.safetensors")
-    r = _vidax("inspect", lora)
+    r = _vidax_here("inspect", lora)
     assert r.returncode == 0, r.stderr
     for line in (
         "layout: original (lora)",
@@ -517,7 +517,7 @@ def test_lora_flag_and_inspect(variants, tmp_path):
         (truncated, "not a readable LoRA file"),
         (f"{lora}:x", "give PATH or PATH:SCALE"),
     ):
-        r = _vidax(*args, "--lora", str(bad), "--output", str(tmp_path / "v.npy"))
+        r = _vidax_here(*args, "--lora", str(bad), "--output", str(tmp_path / "v.npy"))
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()[-1]) and r.stderr.count("error:") == 1
     assert "loading" not in r.stderr  # refused before the checkpoint is read

@@ -211,9 +211,25 @@ def test_cli_mp4_has_video_and_sound_in_sync(sound_checkpoint, tmp_path):
     assert abs(seconds[0] - seconds[1]) < 1 / 8  # within one video frame (8 fps)
 
 
+def _vidax_here(*args):
+    """``vidax ARGS`` in this process (the module's compiled programs reused): an object with
+    ``returncode`` and ``stderr`` as :func:`_vidax`'s; an exception other than the exit is
+    re-raised (a traceback in a real process)."""
+    import types
+
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    r = CliRunner().invoke(app, list(args))
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return types.SimpleNamespace(returncode=r.exit_code, stderr=r.stderr)
+
+
 def test_cli_wav_alone_and_no_audio(sound_checkpoint, tmp_path):
     wav = tmp_path / "toy.wav"
-    r = _vidax("generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint, "-o", str(wav), "--no-progress")
+    r = _vidax_here("generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint, "-o", str(wav), "--no-progress")
     assert r.returncode == 0, r.stderr
     wave, rate = read_audio(wav)
     assert rate == 24000 and wave.shape == (2, SAMPLES)
@@ -224,7 +240,7 @@ def test_cli_wav_alone_and_no_audio(sound_checkpoint, tmp_path):
         "written)" in r.stderr
     ), r.stderr
     npy = tmp_path / "toy.npy"
-    r = _vidax(
+    r = _vidax_here(
         "generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint, "-o", str(npy), "--no-progress", "--no-audio"
     )
     assert r.returncode == 0, r.stderr
@@ -236,7 +252,7 @@ def test_cli_wav_alone_and_no_audio(sound_checkpoint, tmp_path):
     ], r.stderr
     assert "vae decode" in r.stderr and "audio decode" not in r.stderr  # its decode skipped
     assert sorted(os.listdir(tmp_path)) == ["toy.npy", "toy.wav"]  # no .wav written beside the .npy
-    r = _vidax("generate", "-p", "x", "--checkpoint", sound_checkpoint, "-o", str(wav), "--no-audio")
+    r = _vidax_here("generate", "-p", "x", "--checkpoint", sound_checkpoint, "-o", str(wav), "--no-audio")
     assert r.returncode == 2 and "error: --output" in r.stderr and "--no-audio leaves the sound out" in r.stderr
 
 

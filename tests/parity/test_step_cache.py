@@ -481,6 +481,9 @@ def test_mesh_and_block_streaming_equal_the_single_device_cached_run(ckpt):
         for options in (dict(mesh=(2, 2, 2)), dict(offload=1), dict(offload=2)):
             pipe = vidax.load_pipeline(ckpt, dtype="float32", **options)
             for k, config in configs.items():
+                # one chunk of both layers: run for TaylorSeer's per-layer factors only
+                if options.get("offload") == 2 and k != "ts":
+                    continue
                 fetched.clear()
                 lat, rep = run(pipe, config)
                 assert rep.patterns == base[k][1].patterns, (options, k)
