@@ -8,7 +8,8 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Sequence
+import types
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -43,6 +44,8 @@ class ModelSize:
         decode_state_bytes_per_pixel: bytes per video pixel (of one sample) of what the decode
             carries from chunk to chunk on the device (the Wan VAE's causal cache), beside a
             chunk's activations.
+        decoder: the VAE decoder's kind where a backend measured figures of its own for it
+            (:attr:`Calibration.decoder_bytes_per_element`; ``"ltx"``); "": the default figure.
         passes: transformer rows per sample in one step (0: classifier-free guidance's, 2 with
             it and 1 without; LTX-2 runs up to 4 guidance passes as one batch).
     """
@@ -57,6 +60,7 @@ class ModelSize:
     decode_tile: int = 0
     decode_tile_frames: int = 0
     decode_state_bytes_per_pixel: float = 0.0
+    decoder: str = ""
     passes: int = 0
 
     def rows(self, call: Call) -> int:
@@ -94,11 +98,20 @@ class Calibration:
             ``4 x STEP_BUFFERS`` and :data:`STEP_BUFFERS`).
         decode_bytes_per_element: bytes per element of a decode chunk's full-resolution
             activations (:data:`DECODE_BYTES_PER_ELEMENT` on the CPU).
+        decoder_bytes_per_element: the same for a kind of decoder measured apart
+            (:attr:`ModelSize.decoder` -> bytes); a kind not named gets ``decode_bytes_per_element``.
     """
 
     step_width_buffers: float = 4 * STEP_BUFFERS
     step_ffn_buffers: float = STEP_BUFFERS
     decode_bytes_per_element: float = DECODE_BYTES_PER_ELEMENT
+    decoder_bytes_per_element: Mapping[str, float] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({})
+    )
+
+    def per_element(self, decoder: str) -> float:
+        """Bytes per decode element of a decoder of kind ``decoder`` (:attr:`ModelSize.decoder`)."""
+        return self.decoder_bytes_per_element.get(decoder, self.decode_bytes_per_element)
 
 
 #: Each backend's figures; a platform not named here gets the CPU's (the largest). The TPU's are
@@ -108,9 +121,17 @@ class Calibration:
 #: and did not fit there; HunyuanVideo 1.5 needs 20 % less than they count); the decode's (the
 #: convolutions run in place) fits the Wan2.1 VAE's largest chunk program (a later chunk's, at
 #: 480 x 832) from below by 1 %, and counts 8-14 % more for the Wan2.2 and HunyuanVideo 1.5 VAEs.
+#: LTX's decoder (its last level 1/4 of the pixels a side, then depth-to-space) takes 13.0 bytes
+#: an element untiled and 14.2 in one tile (LTX-2's, 512 x 768 x 121): counted as 14.5. On the
+#: CPU it has not been measured: the default figure, which counts more.
 CALIBRATIONS = {
     "cpu": Calibration(),
-    "tpu": Calibration(step_width_buffers=6.94, step_ffn_buffers=0.97, decode_bytes_per_element=41),
+    "tpu": Calibration(
+        step_width_buffers=6.94,
+        step_ffn_buffers=0.97,
+        decode_bytes_per_element=41,
+        decoder_bytes_per_element=types.MappingProxyType({"ltx": 14.5}),
+    ),
 }
 
 
@@ -260,7 +281,7 @@ def run_memory_estimate(
     t = size.tokens
     attention = batch * heads * t * 2 * (t if t * t <= AUTO_XLA_MAX_SCORES else DEFAULT_BLOCK_SIZE) * 4
     attention *= not flash or t * t <= AUTO_XLA_MAX_SCORES
-    per_element = calibration.decode_bytes_per_element
+    per_element = calibration.per_element(size.decoder)
     per_token = calibration.step_width_buffers * size.hidden_size + calibration.step_ffn_buffers * size.ffn_dim
     step = batch * t * per_token * dtype_bytes + attention
     state = size.decode_state_bytes_per_pixel * (videos or batch)

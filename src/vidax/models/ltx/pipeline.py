@@ -179,6 +179,7 @@ def ltx_model_size(info: LTXInfo, call) -> ModelSize:
         decode_channels=max(1, vae.decoder_block_out_channels[0] // vae.patch_size**2),
         decode_tile=tiles.tile_sample_min_height,
         decode_tile_frames=tiles.tile_sample_min_num_frames + 1,
+        decoder="ltx",
     )
 
 
