@@ -650,24 +650,31 @@ def device_limit() -> tuple[int, str] | None:
 
 
 #: Host RAM a run needs beyond the weights that wait there (Python and JAX, the compiler, the
-#: loader's read-ahead, the decoded video): at least this much is kept free. On the v5e machine
-#: (40 GiB) a plan of 37.2 GiB waiting (Wan2.1-14B 480p: blocks and a staged UMT5-XXL) was killed
-#: for host memory; 19.9 GiB (Wan2.2 TI2V 5B) ran.
-HOST_RESERVE_BYTES = 4 * 2**30
+#: loader's read-ahead, the decoded video): at least this much is kept free, by the device's
+#: platform. On the v5e machine the process took 7-11 GiB beyond the 28.6 GiB waiting of
+#: Wan2.1-14B 480p (its host's available RAM 10.6 GiB from the text encoding on, 5.7 GiB in the
+#: decode's compiles, of 45 GiB), where a plan of 37.2 GiB waiting on 40 GiB had been killed.
+HOST_RESERVE_BYTES = {"cpu": 4 * 2**30, "tpu": 11 * 2**30}
 #: ... or this fraction of the host's RAM, whichever is more.
 HOST_RESERVE_FRACTION = 0.1
 
 
-def host_limit(available: int | None = None, total: int | None = None) -> int:
+def host_limit(available: int | None = None, total: int | None = None, platform: str | None = None) -> int:
     """Bytes of host RAM weights may wait in: ``available`` (default: what ``psutil`` says is
-    available now) less :data:`HOST_RESERVE_BYTES` or :data:`HOST_RESERVE_FRACTION` of ``total``
+    available now) less :data:`HOST_RESERVE_BYTES` of the device's ``platform`` (default: this
+    process's; the CPU's where it has none) or :data:`HOST_RESERVE_FRACTION` of ``total``
     (default: the host's RAM), whichever is more."""
     import psutil
 
+    if platform is None:
+        from vidax.nn.attention import backend
+
+        platform = backend()
     memory = psutil.virtual_memory()
     available = int(memory.available if available is None else available)
     total = int(memory.total if total is None else total)
-    return max(0, available - max(HOST_RESERVE_BYTES, int(HOST_RESERVE_FRACTION * total)))
+    reserve = HOST_RESERVE_BYTES.get(platform, HOST_RESERVE_BYTES["cpu"])
+    return max(0, available - max(reserve, int(HOST_RESERVE_FRACTION * total)))
 
 
 def plan_device(
