@@ -13,7 +13,9 @@ the video is noise), at the checkpoint's call defaults or the given size / steps
   ``audio_decode_s``, ``write_s``, ``total_s`` (load + call + writing);
 * ``peak_hbm_gib`` (the device allocator's ``peak_bytes_in_use``; None on a CPU) beside the
   plan's estimate ``estimate_gib``; ``peak_rss_anon_gib`` / ``peak_rss_file_gib`` (host RSS,
-  anonymous and file-backed, sampled every 50 ms) and ``peak_rss_gib`` (VmHWM);
+  anonymous and file-backed, sampled every 50 ms) and ``peak_rss_gib`` (VmHWM); ``host_used_gib``:
+  the host's RAM in use (total less available, every process's) when the load began and at its
+  peak (what a plan's host memory is checked against; the TPU machine's RSS counts mappings);
 * ``step_flops`` / ``step_tflop`` and ``mfu`` of the median step (``tpu_models``' FLOP formula of the family,
   against the datasheet peak of the device; None where either is unknown);
 * ``refused``: the memory plan's refusal (made before any weight is read, naming what fits) where
@@ -76,15 +78,26 @@ LINE_LABELS = _line_labels()
 
 class RssSampler:
     """Peak anonymous and file-backed resident memory of this process (``/proc/self/status``
-    ``RssAnon`` / ``RssFile``), sampled every ``period`` seconds on a thread while running."""
+    ``RssAnon`` / ``RssFile``, where the kernel tells them apart) and the host's RAM in use
+    (``psutil``: total less available, every process's; ``used_at_start`` when sampling began),
+    sampled every ``period`` seconds on a thread while running."""
 
     def __init__(self, period: float = 0.05):
         self.period = period
         self.anon = self.file = 0
+        self.host_used = self.used_at_start = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
+        import psutil
+
+        memory = psutil.virtual_memory()
+        used = memory.total - memory.available
+        self.used_at_start = used if self.used_at_start is None else self.used_at_start
+        self.host_used = max(self.host_used or 0, used)
+        if self.anon is None:
+            return
         try:
             with open("/proc/self/status") as f:
                 fields = dict(line.split(":", 1) for line in f if ":" in line)
@@ -98,7 +111,7 @@ class RssSampler:
         self.file = max(self.file, kib("RssFile") * 1024)
 
     def _run(self) -> None:
-        while self.anon is not None and not self._stop.wait(self.period):
+        while not self._stop.wait(self.period):
             self.sample()
 
     def __enter__(self) -> RssSampler:
@@ -340,6 +353,7 @@ def run(args, hard_stop: bool = False) -> dict:
         peak_rss_anon_gib=None if rss.anon is None else round(rss.anon / GIB, 2),
         peak_rss_file_gib=None if rss.file is None else round(rss.file / GIB, 2),
         peak_rss_gib=round(host_peak_rss_bytes() / GIB, 2),
+        host_used_gib=[round(rss.used_at_start / GIB, 2), round(rss.host_used / GIB, 2)],
         compile_cache=cache_used,
     )
     if preset is not None and row.get("s_per_step"):
