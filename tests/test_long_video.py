@@ -273,6 +273,24 @@ def test_extend_a_clip_from_the_command_line_and_python(df_path, tmp_path):
     assert call.extra["overlap_history"] == 17
 
 
+def test_a_video_of_chunks_is_longer_than_the_models_rope_tables(pipe):
+    """The RoPE tables span one chunk (diffusers takes their first rows for the chunk it
+    denoises): a video of chunks may have more frames than the transformer's
+    ``rope_max_seq_len`` latent frames make, a single chunk may not (checked before any work).
+    The user test of issue 50 met `--num-frames 4097` refused on a 1024-row checkpoint."""
+    from vidax.models.wan.pipeline import WanHooks
+
+    most = WanHooks.size_limits(pipe.info).num_frames  # (rope_max_seq_len - 1) x 4 + 1 frames
+    call = pipe.check_call(pipe.info, "a cat", num_frames=most + 4, **CALL)
+    assert call.num_frames == most + 4
+    assert max(c.num_latent_frames for c in type(pipe).family.chunks(pipe.info, call)) == 3
+    over = dict(CALL, base_num_frames=most + 4)
+    with pytest.raises(
+        vidax.errors.InputError, match=rf"base_num_frames={most + 4} makes a chunk longer .* {most} frames"
+    ):
+        pipe.check_call(pipe.info, "a cat", num_frames=most + 8, **over)
+
+
 def test_the_text_to_video_pipeline_refuses_an_image(pipe):
     """diffusers' SkyReelsV2DiffusionForcingPipeline takes no image (a TypeError); vidax's made a
     text-to-video and dropped it. It is refused, naming the pipeline that takes it."""

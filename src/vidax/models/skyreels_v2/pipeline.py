@@ -34,6 +34,7 @@ from vidax.models.skyreels_v2.long_video import CHUNK_OPTIONS, DEFAULT_OVERLAP_H
 from vidax.models.wan.config import WanInfo
 from vidax.models.wan.pipeline import WanHooks, WanImageToVideoHooks, WanImageToVideoPipeline
 from vidax.pipelines.base import VideoPipeline, cfg_pair, image_first_call
+from vidax.pipelines.call_checks import SizeLimits
 from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
 from vidax.pipelines.prompts import encode_with
 from vidax.schedulers.base import StepIndexed, register_state
@@ -236,6 +237,13 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
         }.get(task, SkyReelsV2DiffusionForcingVideoToVideoPipeline)
 
     @classmethod
+    def size_limits(cls, info: WanInfo) -> SizeLimits:
+        """Wan's, but for the frames: the RoPE tables span one chunk's latent frames (diffusers
+        takes the first ``ppf`` rows for the chunk it denoises), so a video of chunks has no
+        length limit; each chunk's frames are checked by :meth:`check_family_call`."""
+        return dataclasses.replace(super().size_limits(info), num_frames=None)
+
+    @classmethod
     def chunks(cls, info: WanInfo, call) -> list:
         """The call's :class:`~vidax.models.skyreels_v2.forcing.Chunk` list."""
         e = call.extra
@@ -292,6 +300,16 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
             )
         cb = cls.causal_block_size(info, call)
         chunks = cls.chunks(info, call)
+        most = WanHooks.size_limits(info)
+        if max(c.num_latent_frames for c in chunks) > (most.num_frames - 1) // t + 1:
+            chunk_arg = Arg("base_num_frames", base) if overlap is not None else Arg("num_frames", call.num_frames)
+            raise InputError(
+                chunk_arg,
+                " makes a chunk longer than this checkpoint's model can represent: a chunk has at most "
+                f"{most.num_frames} frames ({most.reason}); give a smaller ",
+                Arg("base_num_frames"),
+                "" if overlap is not None else " and an overlap_history to make the video in chunks",
+            )
         for k, chunk in enumerate(chunks):
             frames = chunk.num_latent_frames + (cls.end_frames(call) if k == len(chunks) - 1 else 0)
             if frames % cb:
