@@ -224,7 +224,9 @@ def test_seconds_on_the_command_line(df_path, ckpt, tmp_path, caplog):
 
 def test_serve_events_carry_the_chunks(pipe, tmp_path):
     """``vidax serve``: a long video's job streams a ``chunk`` event as its chunks finish (the
-    last one, chunk 4 of 4, before ``done``), and its record keeps the last chunk."""
+    last one, chunk 4 of 4, before ``done``), and its record keeps the last chunk. A request
+    without ``overlap_history`` gets the default ``vidax generate`` gives (diffusers' None
+    fails), said in the job's warnings in the request's spelling."""
     from starlette.testclient import TestClient
 
     from tests.test_serve import read_events
@@ -232,7 +234,7 @@ def test_serve_events_carry_the_chunks(pipe, tmp_path):
     from vidax.serve.jobs import JobRunner, JobStore
 
     runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)
-    fields = {k: v for k, v in CALL.items() if k != "progress"}
+    fields = {k: v for k, v in CALL.items() if k not in ("progress", "overlap_history")}
     with TestClient(create_app(runner), base_url="http://localhost") as client:
         job = client.post("/v1/videos", json={"prompt": "a cat", "num_frames": 21, **fields}).json()
         events = read_events(client, job["id"])
@@ -242,6 +244,8 @@ def test_serve_events_carry_the_chunks(pipe, tmp_path):
     assert chunks and chunks[-1] == (4, 4, 21, 21) and chunks == sorted(chunks), events
     assert [n for n, _ in events].index("chunk") < len(events) - 1
     assert record["chunk"] == {"chunk": 4, "of": 4, "frames": 21, "num_frames": 21}
+    said = "each chunk repeats the last 5 frames of the one before (overlap_history=5;"
+    assert any(said in w for w in record["warnings"]), record
 
 
 def test_extend_a_clip_from_the_command_line_and_python(df_path, tmp_path):

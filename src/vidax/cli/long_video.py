@@ -79,8 +79,9 @@ def length_call(plan, given: dict, seconds: float | None, fps: int | None) -> di
     chunked = getattr(cls.family, "chunked_length", None)  # a pipeline that makes its video chunk by chunk
     if chunked is not None:
         given, said = chunked(info, given)
-        if said:
-            typer.echo(said, err=True)
+        if said is not None:  # its arguments as the flags
+            options = {o.name: o for o in cls.options()}
+            typer.echo(said.render(lambda a: a.spelled(options[a.name].flag_name)), err=True)
     return given
 
 

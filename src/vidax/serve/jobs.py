@@ -305,6 +305,10 @@ class JobRunner:
                 if isinstance(value, Upload):
                     kw[key] = load_image(value.path, key)
             kw, applied = self._preset(pending, request, kw)
+            chunked = getattr(cls.family, "chunked_length", None)  # a video made chunk by chunk: its defaults
+            said = None
+            if chunked is not None:
+                kw, said = chunked(pipe.info, kw)
             with CheckWarnings(request) as warned:  # what the checks change (num_frames rounded), said in the job
                 call = cls.check_call(
                     pipe.info,
@@ -313,7 +317,7 @@ class JobRunner:
                     callback=lambda i, n: self._stepped([pending], i + 1, n),
                     **kw,
                 )
-            pending.warnings = warned.messages
+            pending.warnings = warned.messages + ([] if said is None else [said.render(request.spell)])
             self._check_memory(pipe, call)
             preset_cache = pending.preset.cache_config(cls, call.num_inference_steps) if "cache" in applied else None
         except (InputError, OutOfMemoryError) as e:

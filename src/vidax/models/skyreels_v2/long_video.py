@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.errors import Arg, Message
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.output import check_finite, decoding
 
@@ -147,11 +148,13 @@ class LongVideo:
     CHUNK_KEEP = KEEP_CHUNKS.name
 
     @classmethod
-    def chunked_length(cls, info, given: dict) -> tuple[dict, str | None]:
-        """``(given, what was set)``: the command line's call keywords with ``overlap_history``
-        :data:`DEFAULT_OVERLAP_HISTORY` where a video longer than one chunk does not give it (less
-        where ``base_num_frames`` is too small for it to leave a chunk a new latent frame; the
-        video-to-video pipeline has its own default), and the line that says so (None: nothing set)."""
+    def chunked_length(cls, info, given: dict) -> tuple[dict, Message | None]:
+        """``(given, what was set)``: a front end's call keywords (``vidax generate``'s flags,
+        ``vidax serve``'s fields) with ``overlap_history`` :data:`DEFAULT_OVERLAP_HISTORY` where a
+        video longer than one chunk does not give it (less where ``base_num_frames`` is too small
+        for it to leave a chunk a new latent frame; the video-to-video pipeline has its own
+        default), and the line that says so, its arguments for the front end to spell (None:
+        nothing set)."""
         if "overlap_history" in given or cls.task == "v2v":
             return given, None
         frames = given.get("num_frames", info.defaults.num_frames)
@@ -161,9 +164,12 @@ class LongVideo:
         overlap = min(DEFAULT_OVERLAP_HISTORY, ((base - 1) // t - 1) * t + 1)
         if frames <= base or overlap < 1:
             return given, None
-        said = (
-            f"a video of {frames} frames in chunks of at most {base} (--base-num-frames): each chunk repeats the "
-            f"last {overlap} frames of the one before (--overlap-history {overlap}; SkyReels-V2 recommends 17 or 37)"
+        said = Message(
+            f"a video of {frames} frames in chunks of at most {base} (",
+            Arg("base_num_frames"),
+            f"): each chunk repeats the last {overlap} frames of the one before (",
+            Arg("overlap_history", overlap),
+            "; SkyReels-V2 recommends 17 or 37)",
         )
         return {**given, "overlap_history": overlap}, said
 
