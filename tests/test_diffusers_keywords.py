@@ -55,20 +55,25 @@ def test_every_diffusers_keyword_is_taken_or_refused_with_a_reason():
         ), entry
 
 
-def test_image_and_video_are_taken_exactly_where_diffusers_takes_them():
-    """A class takes image= / video= iff its diffusers namesake's __call__ does, or the keyword is
-    a listed spelling of an input diffusers' takes (SPELLINGS): a text-to-video class given an
-    image would otherwise make a video diffusers' class never makes (it raises TypeError)."""
+#: The conditioning inputs some diffusers pipeline classes take and others do not.
+INPUTS = ("image", "video", "last_image", "conditions", "image_embeds")
+
+
+def test_inputs_are_taken_exactly_where_diffusers_takes_them():
+    """A class takes image= / video= / last_image= / conditions= / image_embeds= iff its diffusers
+    namesake's __call__ does (and vidax does not refuse it there), or the keyword is a listed
+    spelling of an input diffusers' takes (SPELLINGS): a text-to-video class given an image would
+    otherwise make a video diffusers' class never makes (it raises TypeError)."""
     pairs = _pairs()
+    assert {k for _, ref, _ in pairs for k in _keywords(ref)} >= set(INPUTS)
     wrong = []
     for name, ref, cls in pairs:
         theirs, ours = _keywords(ref), set(cls.call_args())
-        for k in ("image", "video"):
+        for k in INPUTS:
             spelled = any(s[:2] == (k, name) and s[2] in theirs for s in SPELLINGS)
-            if (k in ours) != (k in theirs or spelled):
+            if (k in ours) != ((k in theirs and refused(name, k) is None) or spelled):
                 wrong.append(
-                    f"{name}.{k}: vidax {'takes' if k in ours else 'refuses'} it, diffusers' "
-                    f"{'takes' if k in theirs else 'does not'}"
+                    f"{name}.{k}: vidax {'takes' if k in ours else 'refuses'} it, diffusers' {'takes' if k in theirs else 'does not'}"
                 )
     assert not wrong, wrong
     # Each spelling is needed: vidax's class takes it and diffusers' does not.
