@@ -436,10 +436,12 @@ def _check_keywords(cls: type, info: CheckpointInfo, extra: dict, given: set) ->
 
 
 def _refuse_untaken_input(cls: type, info: CheckpointInfo, keyword: str) -> None:
-    """Raise InputError for an input ``keyword`` (``image``, ``video``) the class ``cls`` does not
-    take (nor does its diffusers namesake) where another class of the family takes it for a task
-    of this checkpoint (naming that class), or where it asks for a task the checkpoint does not do
-    (:func:`~vidax.pipelines.common.check_task`'s message); return for any other keyword."""
+    """Raise InputError for a keyword the class ``cls`` does not take (nor does its diffusers
+    namesake: a keyword it takes is taken or refused, :mod:`~vidax.pipelines.diffusers_keywords`)
+    where the family's class for another task of this checkpoint takes it (``image``: the
+    image-to-video class; ``video``: the video-to-video one), naming that class; or where it is a
+    shared input asking for a task the checkpoint does not do
+    (:func:`~vidax.pipelines.common.check_task`'s message). Return otherwise."""
     for task in info.tasks:
         other = cls.class_for_task(task)
         if other is not cls and hasattr(other, "family") and keyword in other.call_args():
