@@ -717,7 +717,7 @@ def test_configs_only_checks_of_the_review(broken, tmp_path, monkeypatch):
 
     from vidax.checkpoint import Checkpoint
     from vidax.errors import ConfigError
-    from vidax.models.wan.pipeline import WanPipeline
+    from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 
     img = np.zeros((32, 48, 3), np.uint8)
     import dataclasses
@@ -725,7 +725,7 @@ def test_configs_only_checks_of_the_review(broken, tmp_path, monkeypatch):
     info = WanPipeline.family.read_checkpoint(Checkpoint.open(broken))
     info = dataclasses.replace(info, tasks=("t2v", "i2v"))  # as TI2V-5B: image-to-video too
     with pytest.raises(InputError, match="one image for the whole batch"):
-        WanPipeline.check_call(info, "a cat", image=[img, img], **SMALL)
+        WanImageToVideoPipeline.check_call(info, "a cat", image=[img, img], **SMALL)
     index = json.loads(open(os.path.join(broken, "model_index.json")).read())
     for bad in ({"height": 96.0}, [96], {"fps": 0}):
         dst = tmp_path / f"bad{len(os.listdir(tmp_path))}"

@@ -12,7 +12,7 @@ import pytest
 
 import vidax
 from vidax.errors import InputError
-from vidax.pipelines.diffusers_keywords import REFUSED, REFUSED_VALUES, readme_table, refused
+from vidax.pipelines.diffusers_keywords import REFUSED, REFUSED_VALUES, SPELLINGS, readme_table, refused
 from vidax.registry import registry
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "diffusers.md")
@@ -53,6 +53,34 @@ def test_every_diffusers_keyword_is_taken_or_refused_with_a_reason():
         assert entry.reason and any(
             entry.keyword in _keywords(ref) and entry.applies(name) for name, ref, _ in pairs
         ), entry
+
+
+#: The conditioning inputs some diffusers pipeline classes take and others do not.
+INPUTS = ("image", "video", "last_image", "conditions", "image_embeds")
+
+
+def test_inputs_are_taken_exactly_where_diffusers_takes_them():
+    """A class takes image= / video= / last_image= / conditions= / image_embeds= iff its diffusers
+    namesake's __call__ does (and vidax does not refuse it there), or the keyword is a listed
+    spelling of an input diffusers' takes (SPELLINGS): a text-to-video class given an image would
+    otherwise make a video diffusers' class never makes (it raises TypeError)."""
+    pairs = _pairs()
+    assert {k for _, ref, _ in pairs for k in _keywords(ref)} >= set(INPUTS)
+    wrong = []
+    for name, ref, cls in pairs:
+        theirs, ours = _keywords(ref), set(cls.call_args())
+        for k in INPUTS:
+            spelled = any(s[:2] == (k, name) and s[2] in theirs for s in SPELLINGS)
+            if (k in ours) != ((k in theirs and refused(name, k) is None) or spelled):
+                wrong.append(
+                    f"{name}.{k}: vidax {'takes' if k in ours else 'refuses'} it, diffusers' {'takes' if k in theirs else 'does not'}"
+                )
+    assert not wrong, wrong
+    # Each spelling is needed: vidax's class takes it and diffusers' does not.
+    by_name = {name: (ref, cls) for name, ref, cls in pairs}
+    for keyword, name, _, _ in SPELLINGS:
+        ref, cls = by_name[name]
+        assert keyword in cls.call_args() and keyword not in _keywords(ref), (keyword, name)
 
 
 #: Numeric / bool defaults vidax documents as different from diffusers' signature, and why.

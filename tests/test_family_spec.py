@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from vidax.errors import InputError
+from vidax.pipelines.options import SHARED_OPTIONS
 from vidax.pipelines.plan import read_plan
 from vidax.pipelines.spec import FamilySpec
 from vidax.registry import registry
@@ -119,6 +120,10 @@ def test_spec_runs_the_call_checks_and_defaults_from_configs_alone(family, tmp_p
             spec.task = "x"
         assert [c.name for c in spec.components if c.denoises] == list(info.transformers)
         assert all(c.kind is not None for c in spec.components if c.denoises)
+        # Each shared keyword is taken (among the options) or untaken, never both: image for a
+        # text-to-video class too.
+        shared = {o.name for o in SHARED_OPTIONS}
+        assert set(spec.unsupported_call_args) == shared - set(spec.call_args), spec.pipeline
         image = {"image": np.zeros((48, 64, 3), np.uint8)} if "image" in spec.call_args and spec.task == "i2v" else {}
         if spec.task == "v2v" and "overlap_history" in spec.call_args:  # SkyReels-V2's extension needs both
             image = {"video": np.zeros((17, 48, 64, 3), np.uint8), "overlap_history": 17}

@@ -299,7 +299,11 @@ def test_the_text_to_video_pipeline_refuses_an_image(pipe):
     """diffusers' SkyReelsV2DiffusionForcingPipeline takes no image (a TypeError); vidax's made a
     text-to-video and dropped it. It is refused, naming the pipeline that takes it."""
     image = np.zeros((32, 48, 3), np.uint8)
-    with pytest.raises(vidax.errors.InputError, match=r"takes no image: image-to-video .* task='i2v'"):
+    with pytest.raises(
+        vidax.errors.InputError,
+        match=r"^SkyReelsV2DiffusionForcingPipeline takes no image \(diffusers' does not either\); "
+        r"for image-to-video use SkyReelsV2DiffusionForcingImageToVideoPipeline$",
+    ):
         pipe("a cat", image=image, num_frames=9, **CALL)
 
 

@@ -401,6 +401,40 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
     assert sizes[1.0].tokens - sizes[24.0].tokens == info.audio_length(n, 1.0) - info.audio_length(n, 24.0) > 0
 
 
+def test_an_image_is_refused_naming_the_image_to_video_class(checkpoint, vidax_pipe):
+    """LTX2Pipeline takes no image= (diffusers' raises TypeError): from the configs and on the
+    loaded pipeline, the error names LTX2ImageToVideoPipeline, the class for this checkpoint's
+    image-to-video; that class takes the image, and refuses a video naming the class for that."""
+    import vidax
+    from tests.parity.wan_reference import random_image
+    from vidax.checkpoint import Checkpoint
+    from vidax.models.ltx2.pipeline import LTX2Pipeline
+
+    ref, path = checkpoint
+    image = random_image(0)
+    with pytest.raises(TypeError, match="image"):
+        ref("a fox", image=image, **CALL)
+    message = (
+        r"^LTX2Pipeline takes no image \(diffusers' does not either\); for image-to-video use LTX2ImageToVideoPipeline$"
+    )
+    info = LTX2Pipeline.family.read_checkpoint(Checkpoint.open(path))  # configs only, no weights
+    assert "i2v" in info.tasks
+    with pytest.raises(vidax.InputError, match=message):
+        LTX2Pipeline.check_call(info, PROMPT, image=image, **CALL)
+    with pytest.raises(vidax.InputError, match=message):
+        vidax_pipe(PROMPT, image=image, **CALL)
+    i2v = LTX2Pipeline.class_for_task("i2v")
+    assert i2v.__name__ == "LTX2ImageToVideoPipeline"
+    assert i2v.check_call(info, PROMPT, image=image, **CALL).image is image
+    # Likewise a video: diffusers' LTX2ImageToVideoPipeline takes none either.
+    with pytest.raises(
+        vidax.InputError,
+        match=r"^LTX2ImageToVideoPipeline takes no video \(diffusers' does not either\); "
+        r"for video-to-video use LTX2ConditionPipeline$",
+    ):
+        i2v.check_call(info, PROMPT, image=image, video=np.zeros((9, 32, 32, 3), np.uint8), **CALL)
+
+
 def test_custom_timesteps_refused_as_diffusers_refuses_them(checkpoint):
     """``timesteps=`` on LTX2Pipeline, LTX2ImageToVideoPipeline and LTX2ConditionPipeline:
     diffusers 0.42.1 always passes sigmas with them (its own linspace where sigmas= is None) and

@@ -22,7 +22,9 @@ from tests.parity.wan_reference import (
     random_image,
     reference_outputs,
 )
+from vidax.checkpoint import Checkpoint
 from vidax.errors import InputError
+from vidax.pipelines.plan import pipeline_class
 from vidax.stats import RunStats
 
 CALL = dict(
@@ -84,14 +86,19 @@ def test_i2v_fp32_matches_diffusers(reference, caplog):
     assert value >= 60.0  # measured 139 dB
     other = pipe(random_image(1), latents=latents, progress=False, **LANDSCAPE, **CALL)
     assert psnr(other.frames, frames) < 40.0  # the image steers the video (measured 25 dB)
-    # One checkpoint, two tasks: the pipeline model_index.json names (WanPipeline) takes image= too.
-    both = vidax.load_pipeline(path, dtype="float32")
-    assert type(both).__name__ == "WanPipeline"
-    np.testing.assert_array_equal(
-        both(image=random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL).frames, out.frames
-    )
-    with pytest.raises(InputError, match=r"WanPipeline takes no 'strength'; it takes prompt, negative_prompt, image"):
-        both(image=random_image(0), strength=0.5, **LANDSCAPE, **CALL)
+    # One checkpoint, two tasks: the class model_index.json names (WanPipeline) takes no image=, as
+    # diffusers' (TypeError); its error names the class for image-to-video.
+    both = pipeline_class(Checkpoint.open(path))
+    assert both.__name__ == "WanPipeline"
+    with pytest.raises(
+        InputError,
+        match=r"^WanPipeline takes no image \(diffusers' does not either\); for image-to-video use WanImageToVideoPipeline$",
+    ):
+        both.check_call(pipe.info, image=random_image(0), latents=latents, **LANDSCAPE, **CALL)
+    with pytest.raises(
+        InputError, match=r"WanImageToVideoPipeline takes no 'strength'; it takes prompt, negative_prompt, image"
+    ):
+        pipe(image=random_image(0), strength=0.5, **LANDSCAPE, **CALL)
     # last_image: diffusers' expand_timesteps path conditions only the first latent frame and never
     # reads it; vidax says so and makes the same video.
     with caplog.at_level("WARNING", logger="vidax"):

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.checkpoint import TASK_NAMES, Checkpoint, CheckpointInfo
 from vidax.errors import Arg, ArgValue, InputError, Message, joined
 from vidax.pipelines.call import Call, cancel_check
 from vidax.pipelines.common import check_task
@@ -242,14 +242,25 @@ class CallChecks:
         return tuple(o.name for o in cls.options())
 
     @classmethod
+    def untaken_shared_args(cls) -> tuple[str, ...]:
+        """The shared keywords the call does not take: the family's ``unsupported_call_args``, and
+        ``image`` where the class takes no image (its hooks' ``takes_image``, as its diffusers
+        namesake's ``__call__``)."""
+        takes_image = cls.family.takes_image
+        if takes_image is None:
+            takes_image = cls.family.task == "i2v"
+        return tuple(cls.family.unsupported_call_args) + (() if takes_image else ("image",))
+
+    @classmethod
     def options(cls) -> tuple[CallOption, ...]:
         """The declarations of :meth:`call_args`, in that order."""
         streams = tuple(
             CallOption(s, OBJECT, f"Initial noise of the {s} stream, float32, in the family's diffusers layout.")
             for s in cls.family.latent_streams[1:]
         )
+        untaken = cls.untaken_shared_args()
         return (
-            tuple(o for o in SHARED_OPTIONS if o.name not in cls.family.unsupported_call_args)
+            tuple(o for o in SHARED_OPTIONS if o.name not in untaken)
             + streams
             + cls.family.call_options
             + embeds_options(cls)
@@ -302,7 +313,7 @@ def check_shared_call(
     if negative_prompt is not None:
         given.add("negative_prompt")
     streams = {k: extra.pop(k) for k in cls.family.latent_streams[1:] if k in extra}
-    extra = _check_keywords(cls, extra, given)
+    extra = _check_keywords(cls, info, extra, given)
     prompts, negatives, parts, negative_parts = _call_prompts(cls, prompt, negative_prompt, extra)
     height, width, num_frames = _call_size(cls, info, a.height, a.width, a.num_frames)
     steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt = _call_numbers(
@@ -399,19 +410,21 @@ _GIVEN = (
 )
 
 
-def _check_keywords(cls: type, extra: dict, given: set) -> dict:
+def _check_keywords(cls: type, info: CheckpointInfo, extra: dict, given: set) -> dict:
     """The family's own keywords of a call checked (their types and ranges); a keyword the
-    pipeline does not take is refused, naming what it takes (or why diffusers' keyword is refused)."""
+    pipeline does not take is refused, naming what it takes (or why diffusers' keyword is refused,
+    or the class that takes the input for this checkpoint: :func:`_refuse_untaken_input`)."""
     if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
         del extra["generator"]
     own = options_by_name(cls.family.call_options + embeds_options(cls))
-    unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.family.unsupported_call_args))
+    unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.untaken_shared_args()))
     for u in unknown:
         entry = refused_keyword(cls, u)
         if entry is not None:
             raise InputError(
                 f"{cls.__name__} takes no ", Arg(u, python=repr(u)), f" (diffusers' {u}=): {entry.message()}"
             )
+        _refuse_untaken_input(cls, info, u)
     if unknown:
         raise InputError(
             f"{cls.__name__} takes no ",
@@ -420,6 +433,26 @@ def _check_keywords(cls: type, extra: dict, given: set) -> dict:
             *joined(Arg(a) for a in cls.call_args()),
         )
     return check_options(own, extra)
+
+
+def _refuse_untaken_input(cls: type, info: CheckpointInfo, keyword: str) -> None:
+    """Raise InputError for a keyword the class ``cls`` does not take (nor does its diffusers
+    namesake: a keyword it takes is taken or refused, :mod:`~vidax.pipelines.diffusers_keywords`)
+    where the family's class for another task of this checkpoint takes it (``image``: the
+    image-to-video class; ``video``: the video-to-video one), naming that class; or where it is a
+    shared input asking for a task the checkpoint does not do
+    (:func:`~vidax.pipelines.common.check_task`'s message). Return otherwise."""
+    for task in info.tasks:
+        other = cls.class_for_task(task)
+        if other is not cls and hasattr(other, "family") and keyword in other.call_args():
+            raise InputError(
+                f"{cls.__name__} takes no ",
+                Arg(keyword),
+                f" (diffusers' does not either); for {TASK_NAMES[task]} use {other.__name__}",
+            )
+    task = _SHARED[keyword].task if keyword in _SHARED else None
+    if task is not None:
+        check_task(info.checkpoint.root, task, info.tasks, info.variant)
 
 
 def _call_prompts(cls: type, prompt: Any, negative_prompt: Any, extra: dict) -> tuple:

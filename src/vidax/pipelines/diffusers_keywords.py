@@ -88,6 +88,25 @@ REFUSED: tuple[Refused, ...] = (
     ),
 )
 
+#: The input keywords (``image``, ``video``) a vidax class takes where its diffusers namesake's
+#: ``__call__`` does not, each a spelling of an input diffusers' takes: (vidax keyword, diffusers
+#: pipeline class, diffusers' keyword, diffusers' call that makes the same video). Every other
+#: class takes ``image=`` / ``video=`` exactly where diffusers' does (``tests/test_diffusers_keywords.py``).
+SPELLINGS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "image",
+        "LTX2ConditionPipeline",
+        "conditions",
+        "conditions=[LTX2VideoCondition(frames=image, index=condition_index, strength=condition_strength)]",
+    ),
+    (
+        "video",
+        "LTX2ConditionPipeline",
+        "conditions",
+        "conditions=[LTX2VideoCondition(frames=video, index=condition_index, strength=condition_strength)]",
+    ),
+)
+
 #: Values of taken keywords vidax refuses: (keyword, value in words, reason).
 REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
     (
@@ -162,6 +181,7 @@ __all__ = (
     "Refused",
     "REFUSED",
     "REFUSED_VALUES",
+    "SPELLINGS",
     "EVERY",
     "refused",
     "refused_anywhere",

@@ -81,9 +81,13 @@ class FamilyHooks:
     # ================================================================== declarations
     #: The name of the pipeline class these hooks are declared for, as messages name it.
     pipeline_name: ClassVar[str] = "VideoPipeline"
-    #: The task the class is for (``"t2v"`` / ``"i2v"``); the checkpoint must do it. A call
-    #: with ``image=`` does image-to-video where the checkpoint also does that (Wan2.2 TI2V-5B).
+    #: The task the class is for (``"t2v"`` / ``"i2v"``); the checkpoint must do it.
     task: ClassVar[str] = "t2v"
+    #: The class takes the shared ``image=`` where its diffusers namesake's ``__call__`` does
+    #: (None: where :attr:`task` is ``"i2v"``; True for a class that takes it with other tasks,
+    #: as LTX-Video's condition pipeline). A class without it refuses an image, naming the
+    #: family's class that runs image-to-video on the checkpoint (``class_for_task("i2v")``).
+    takes_image: ClassVar[bool | None] = None
     #: Call keywords this family takes beyond :data:`~vidax.pipelines.call.SHARED_CALL_ARGS`,
     #: declared (:class:`~vidax.pipelines.options.CallOption`): their type and range are checked
     #: with the shared ones, and ``vidax generate`` offers each as a flag.

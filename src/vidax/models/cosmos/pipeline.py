@@ -150,6 +150,7 @@ class CosmosPredictHooks(FamilyHooks):
     """The hooks of :class:`CosmosPredictPipeline`."""
 
     pipeline_name = "CosmosPredictPipeline"
+    takes_image = True  # image- and video-to-video as conditioning frames, as diffusers'
 
     # diffusers 0.42.1: no cache context around the transformer calls, no block metadata.
     cache_reference = False

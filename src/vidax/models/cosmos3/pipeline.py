@@ -188,6 +188,7 @@ class Cosmos3OmniHooks(FamilyHooks):
     """The hooks of :class:`Cosmos3OmniPipeline`."""
 
     pipeline_name = "Cosmos3OmniPipeline"
+    takes_image = True  # image- and video-to-video as conditioning frames, as diffusers'
 
     latent_streams = ("latents", "sound_latents")
     audio_stream = "sound_latents"

@@ -571,6 +571,7 @@ class LTXConditionHooks(LTXHooks):
     """The hooks of :class:`LTXConditionPipeline`."""
 
     pipeline_name = "LTXConditionPipeline"
+    takes_image = True  # one condition at frame_index, as diffusers'
 
     task = "t2v"
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"

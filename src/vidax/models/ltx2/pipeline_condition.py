@@ -195,6 +195,9 @@ class LTX2ConditionHooks(LTX2Hooks):
     """The hooks of :class:`LTX2ConditionPipeline`."""
 
     pipeline_name = "LTX2ConditionPipeline"
+    #: ``image=`` / ``video=``: vidax's spelling of one of diffusers' ``conditions=``
+    #: (:data:`~vidax.pipelines.diffusers_keywords.SPELLINGS`).
+    takes_image = True
 
     task = "t2v"
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32), de-normalised clean latents"

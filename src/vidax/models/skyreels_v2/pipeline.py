@@ -266,19 +266,11 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
         """The Wan checks, then the diffusion-forcing keywords against each other.
 
         Raises:
-            InputError: an ``image`` (but for image-to-video: diffusers' pipeline takes none,
-                and this one would not use it); ``num_frames`` past ``base_num_frames`` without ``overlap_history``; an
+            InputError: ``num_frames`` past ``base_num_frames`` without ``overlap_history``; an
                 ``overlap_history`` of no fewer latent frames than ``base_num_frames``; chunks whose
                 latent frames ``causal_block_size`` does not divide.
         """
         super().check_family_call(info, call)
-        if call.image is not None and cls.task != "i2v":  # diffusers' pipeline takes no image= (a TypeError)
-            raise InputError(
-                f"{cls.pipeline_name} takes no ",
-                Arg("image"),
-                ": image-to-video on this checkpoint is SkyReelsV2DiffusionForcingImageToVideoPipeline "
-                "(vidax.load_pipeline(path, task='i2v'), vidax generate --image)",
-            )
         e = call.extra
         base, overlap = e.get("base_num_frames", 97), e.get("overlap_history")
         t = info.vae_config.temporal_compression
