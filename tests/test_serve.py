@@ -1361,14 +1361,46 @@ def test_image_and_video_to_video_on_a_diffusion_forcing_checkpoint(
     np.testing.assert_array_equal(written[f"{v2v['id']}.mp4"], want)
 
 
+def test_only_a_silent_video_of_frames_made_in_chunks_grows(skyreels_df_pipe, tiny_pipe):
+    """serve writes a job's mp4 chunk by chunk where its pipeline makes it in chunks and the call
+    decodes frames without sound; a video with sound (muxed with its frames at the end), latents,
+    or a pipeline of one pass keeps the one write at the end."""
+    from types import SimpleNamespace
+
+    from vidax.serve.long_video import grows
+
+    frames, latents = SimpleNamespace(output_type="np"), SimpleNamespace(output_type="latent")
+    assert grows(skyreels_df_pipe, frames) and not grows(skyreels_df_pipe, latents)
+    assert not grows(tiny_pipe, frames)
+
+    def chunked(sound: bool):
+        family = type(skyreels_df_pipe).family
+
+        class Pipe:  # the diffusion-forcing pipeline's chunk keywords, with or without sound
+            call_args = type(skyreels_df_pipe).call_args
+
+        Pipe.family = SimpleNamespace(
+            CHUNK_CALLBACK=family.CHUNK_CALLBACK,
+            CHUNK_KEEP=family.CHUNK_KEEP,
+            silent_call=lambda info, call: None if sound else ("makes no sound",),
+        )
+        pipe = Pipe()
+        pipe.info = skyreels_df_pipe.info
+        return pipe
+
+    assert grows(chunked(sound=False), frames) and not grows(chunked(sound=True), frames)
+
+
 def test_a_long_video_grows_chunk_by_chunk_and_a_failed_write_loses_nothing(skyreels_df_pipe, tmp_path, monkeypatch):
     """A diffusion-forcing job of 3 chunks: each chunk is appended to the job's growing mp4 as it
     finishes (a .vidax-*.mp4 in the jobs folder when its chunk event is recorded, none after),
     the call keeps no chunk's frames (its CHUNK_KEEP keyword False: it returns none), and the
-    mp4 is the video the pipeline makes unstreamed: its frames bit for bit, written within
-    libx264's tolerance of write_video's. A chunk that cannot be appended (disk full) loses
-    nothing: the job fails write_failed saying where the mp4 so far (the first chunk) and the
-    frames after it (.npy) are kept. A job cancelled after its first chunk leaves no file."""
+    mp4 is the video the pipeline makes unstreamed: its frames bit for bit, as many as
+    write_video writes, the mp4 the same as those frames appended in the same chunks. A chunk
+    that cannot be appended (disk full) loses nothing: the job fails write_failed saying where
+    the mp4 so far (the first chunk) and the frames after it (.npy) are kept. A job cancelled
+    after its first chunk leaves no file; one whose server stops then leaves none either, and
+    the next server on the folder runs it to the same video."""
     from vidax.io.growing import GrowingMp4
     from vidax.io.video import write_video
     from vidax.serve.jobs import JobRunner, JobStore
@@ -1377,7 +1409,7 @@ def test_a_long_video_grows_chunk_by_chunk_and_a_failed_write_loses_nothing(skyr
     folder = tmp_path / "jobs"
     runner = JobRunner(pipe, "df", JobStore(folder), save_every=0)
     fields = {"prompt": "a cat", "size": "48x32", **DF_CALL, "num_frames": 13}
-    ok, full, cancelled = (runner.submit(fields) for _ in range(3))
+    ok, full, cancelled, stopped = (runner.submit(fields) for _ in range(4))
     appended, seen, calls = {}, [], []
     append, chunked, generate = GrowingMp4.append, runner._chunked, pipe.generate
 
@@ -1394,6 +1426,8 @@ def test_a_long_video_grows_chunk_by_chunk_and_a_failed_write_loses_nothing(skyr
         seen.append((batch[0].id, chunk.index, chunk.count, growing, runner.get(batch[0].id)["chunk"]))
         if batch[0].id == cancelled["id"]:
             runner.cancel(batch[0].id)
+        if batch[0].id == stopped["id"]:  # a server stopped (SIGTERM) mid-job: the worker joined from another thread
+            threading.Thread(target=runner.stop).start()
 
     def recorded(call):
         out = generate(call)
@@ -1403,7 +1437,10 @@ def test_a_long_video_grows_chunk_by_chunk_and_a_failed_write_loses_nothing(skyr
     monkeypatch.setattr(GrowingMp4, "append", disk_full_at_the_second_chunk)
     monkeypatch.setattr(runner, "_chunked", observed)
     monkeypatch.setattr(pipe, "generate", recorded)
-    done = _run_all(runner, [ok, full, cancelled])
+    runner.start()
+    done = [_wait_in_process(runner, j["id"]) for j in (ok, full, cancelled)]
+    runner._thread.join(TIMEOUT)
+    assert not runner._thread.is_alive() and runner.get(stopped["id"])["status"] == "queued"
     runner.store.close()
 
     assert [(j["status"], (j["error"] or {}).get("code")) for j in done] == [
@@ -1412,13 +1449,17 @@ def test_a_long_video_grows_chunk_by_chunk_and_a_failed_write_loses_nothing(skyr
         ("failed", "cancelled"),
     ], done
     assert [s[:3] for s in seen] == [(ok["id"], i, 3) for i in range(3)] + [(full["id"], i, 3) for i in range(3)] + [
-        (cancelled["id"], 0, 3)
+        (cancelled["id"], 0, 3),
+        (stopped["id"], 0, 3),
     ]
     for job, index, _, growing, event in seen:  # the chunk is in the growing file when its event is recorded
         assert len(growing) == 1 and min(growing.values()) > 0, (job, index, growing)
         assert event == {"chunk": index + 1, "of": 3, "frames": [5, 9, 13][index], "num_frames": 13}
-    assert [(extra[family.CHUNK_KEEP], shape[1]) for extra, shape in calls] == [(False, 0)] * 2
     assert not list(folder.glob(".vidax-*"))
+    again = JobRunner(pipe, "df", JobStore(folder), save_every=0)  # the next server
+    assert [j["status"] for j in _run_all(again, [stopped])] == ["completed"]
+    again.store.close()
+    assert [(extra[family.CHUNK_KEEP], shape[1]) for extra, shape in calls] == [(False, 0)] * 3
 
     want = pipe("a cat", **dict(DF_CALL, num_frames=13, height=32, width=48, progress=False)).frames[0]
     np.testing.assert_array_equal(np.concatenate(appended[ok["id"]]), want)
@@ -1432,6 +1473,7 @@ def test_a_long_video_grows_chunk_by_chunk_and_a_failed_write_loses_nothing(skyr
     served = read_video(runner.store.video_path(ok["id"]))
     assert served.shape == read_video(tmp_path / "whole.mp4").shape == (13, 32, 48, 3)
     np.testing.assert_array_equal(served, read_video(tmp_path / "same.mp4"))
+    np.testing.assert_array_equal(read_video(runner.store.video_path(stopped["id"])), served)
 
     message = done[1]["error"]["message"]
     assert message == (
