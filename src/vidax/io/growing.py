@@ -7,7 +7,8 @@ every chunk starts with a keyframe), so the temporary file plays up to the frame
 the run goes on. :meth:`GrowingMp4.finish` ends the encode and publishes the file under
 its final name atomically (:func:`vidax.io.atomic.publish`), as every vidax writer: nothing
 half-written is ever under that name. An interrupted run finishes what it has (the chunks done)
-and publishes that; :meth:`GrowingMp4.abort` removes the temporary file.
+and publishes that; :meth:`GrowingMp4.abort` removes the temporary file, and
+:meth:`GrowingMp4.keep` moves it aside as far as it was written (``vidax serve``, a write that failed).
 """
 
 from __future__ import annotations
