@@ -840,6 +840,49 @@ def test_unwritten_video_keeps_the_frames_in_the_jobs_folder(tmp_path, monkeypat
     store.close()
 
 
+def test_a_growing_video_whose_end_cannot_be_written_is_kept_as_far_as_it_went(tmp_path, monkeypatch):
+    """A long video's mp4 that cannot be published (disk full as its file ends) is kept in the
+    jobs folder as written, the error says where; a job dropped (cancelled) leaves no file."""
+    from types import SimpleNamespace
+
+    import vidax.io.growing
+    from vidax.serve.long_video import GrowingVideos
+    from vidax.serve.records import Unwritten
+    from vidax.serve.store import JobStore
+
+    store = JobStore(tmp_path / "jobs")
+    grown = GrowingVideos(store, [SimpleNamespace(id="video_x", fps=16), SimpleNamespace(id="video_y", fps=16)])
+    frames = np.random.default_rng(0).random((2, 4, 32, 48, 3), dtype=np.float32)
+    for i, job in enumerate(("video_x", "video_y")):
+        grown.append(job, frames[i])
+    grown.drop("video_y")
+
+    publish, calls = vidax.io.growing.publish, []
+
+    def full_disk(*args):  # the finished file's publish fails; moving it aside (keep) does not
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return publish(*args)
+
+    monkeypatch.setattr(vidax.io.growing, "publish", full_disk)
+    with pytest.raises(Unwritten) as e:
+        grown.publish("video_x")
+    assert str(e.value) == (
+        "could not write video_x.mp4 (OSError: [Errno 28] No space left on device); its first 4 frames are kept in "
+        "video_x.unwritten.mp4 in the jobs folder (the mp4 as far as it was written)"
+    )
+    monkeypatch.undo()
+    assert read_video(tmp_path / "jobs" / "video_x.unwritten.mp4").shape == (4, 32, 48, 3)
+    assert [f for f in os.listdir(tmp_path / "jobs") if f.startswith(("video_", ".vidax-"))] == [
+        "video_x.unwritten.mp4"
+    ]
+    store.put({"id": "video_x", "status": "failed"})
+    store.delete("video_x")  # with the frames kept
+    assert not [f for f in os.listdir(tmp_path / "jobs") if f.startswith("video_")]
+    store.close()
+
+
 def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):
     """The jobs folder is locked while a store has it open (a second server would mark the
     first's running job interrupted, delete its jobs); a jobs.sqlite3 of another schema is
@@ -1256,6 +1299,7 @@ def test_image_and_video_to_video_on_a_diffusion_forcing_checkpoint(
     from starlette.testclient import TestClient
 
     import vidax
+    from vidax.io.growing import GrowingMp4
     from vidax.io.video import write_video
     from vidax.serve.app import create_app
     from vidax.serve.jobs import JobRunner, JobStore
@@ -1295,12 +1339,15 @@ def test_image_and_video_to_video_on_a_diffusion_forcing_checkpoint(
 
     runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)  # a restart
     written = {}
+    append = GrowingMp4.append
 
-    def keep(frames, path, **kw):
-        written[os.path.basename(path)] = np.asarray(frames)
-        return write_video(frames, path, **kw)
+    def keep(self, frames):  # each job's mp4 grows chunk by chunk
+        written[os.path.basename(self.path)] = np.concatenate(
+            [written.get(os.path.basename(self.path), frames[:0]), frames]
+        )
+        return append(self, frames)
 
-    monkeypatch.setattr(vidax.io.video, "write_video", keep)
+    monkeypatch.setattr(GrowingMp4, "append", keep)
     done = _run_all(runner, [i2v, v2v])
     assert [j["status"] for j in done] == ["completed", "completed"], done
     assert not [f for f in os.listdir(tmp_path / "jobs") if f.endswith((".upload", ".input.png"))]
@@ -1312,6 +1359,132 @@ def test_image_and_video_to_video_on_a_diffusion_forcing_checkpoint(
     want = vidax.load_pipeline(skyreels_df, task="v2v", progress=False)(clip, "a cat", **call).frames[0]
     assert want.shape == (5 + 5, 32, 48, 3)
     np.testing.assert_array_equal(written[f"{v2v['id']}.mp4"], want)
+
+
+def test_only_a_silent_video_of_frames_made_in_chunks_grows(skyreels_df_pipe, tiny_pipe):
+    """serve writes a job's mp4 chunk by chunk where its pipeline makes it in chunks and the call
+    decodes frames without sound; a video with sound (muxed with its frames at the end), latents,
+    or a pipeline of one pass keeps the one write at the end."""
+    from types import SimpleNamespace
+
+    from vidax.serve.long_video import grows
+
+    frames, latents = SimpleNamespace(output_type="np"), SimpleNamespace(output_type="latent")
+    assert grows(skyreels_df_pipe, frames) and not grows(skyreels_df_pipe, latents)
+    assert not grows(tiny_pipe, frames)
+
+    def chunked(sound: bool):
+        family = type(skyreels_df_pipe).family
+
+        class Pipe:  # the diffusion-forcing pipeline's chunk keywords, with or without sound
+            call_args = type(skyreels_df_pipe).call_args
+
+        Pipe.family = SimpleNamespace(
+            CHUNK_CALLBACK=family.CHUNK_CALLBACK,
+            CHUNK_KEEP=family.CHUNK_KEEP,
+            silent_call=lambda info, call: None if sound else ("makes no sound",),
+        )
+        pipe = Pipe()
+        pipe.info = skyreels_df_pipe.info
+        return pipe
+
+    assert grows(chunked(sound=False), frames) and not grows(chunked(sound=True), frames)
+
+
+def test_a_long_video_grows_chunk_by_chunk_and_a_failed_write_loses_nothing(skyreels_df_pipe, tmp_path, monkeypatch):
+    """A diffusion-forcing job of 3 chunks: each chunk is appended to the job's growing mp4 as it
+    finishes (a .vidax-*.mp4 in the jobs folder when its chunk event is recorded, none after),
+    the call keeps no chunk's frames (its CHUNK_KEEP keyword False: it returns none), and the
+    mp4 is the video the pipeline makes unstreamed: its frames bit for bit, as many as
+    write_video writes, the mp4 the same as those frames appended in the same chunks. A chunk
+    that cannot be appended (disk full) loses nothing: the job fails write_failed saying where
+    the mp4 so far (the first chunk) and the frames after it (.npy) are kept. A job cancelled
+    after its first chunk leaves no file; one whose server stops then leaves none either, and
+    the next server on the folder runs it to the same video."""
+    from vidax.io.growing import GrowingMp4
+    from vidax.io.video import write_video
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    pipe, family = skyreels_df_pipe, type(skyreels_df_pipe).family
+    folder = tmp_path / "jobs"
+    runner = JobRunner(pipe, "df", JobStore(folder), save_every=0)
+    fields = {"prompt": "a cat", "size": "48x32", **DF_CALL, "num_frames": 13}
+    ok, full, cancelled, stopped = (runner.submit(fields) for _ in range(4))
+    appended, seen, calls = {}, [], []
+    append, chunked, generate = GrowingMp4.append, runner._chunked, pipe.generate
+
+    def disk_full_at_the_second_chunk(self, frames):
+        job = os.path.basename(self.path)[: -len(".mp4")]
+        appended.setdefault(job, []).append(np.array(frames))
+        if job == full["id"] and len(appended[job]) == 2:
+            raise OSError(28, "No space left on device")
+        return append(self, frames)
+
+    def observed(batch, chunk, grown=None):
+        chunked(batch, chunk, grown)
+        growing = {f.name: f.stat().st_size for f in folder.glob(".vidax-*.mp4")}
+        seen.append((batch[0].id, chunk.index, chunk.count, growing, runner.get(batch[0].id)["chunk"]))
+        if batch[0].id == cancelled["id"]:
+            runner.cancel(batch[0].id)
+        if batch[0].id == stopped["id"]:  # a server stopped (SIGTERM) mid-job: the worker joined from another thread
+            threading.Thread(target=runner.stop).start()
+
+    def recorded(call):
+        out = generate(call)
+        calls.append((call.extra, out.frames.shape))
+        return out
+
+    monkeypatch.setattr(GrowingMp4, "append", disk_full_at_the_second_chunk)
+    monkeypatch.setattr(runner, "_chunked", observed)
+    monkeypatch.setattr(pipe, "generate", recorded)
+    runner.start()
+    done = [_wait_in_process(runner, j["id"]) for j in (ok, full, cancelled)]
+    runner._thread.join(TIMEOUT)
+    assert not runner._thread.is_alive() and runner.get(stopped["id"])["status"] == "queued"
+    runner.store.close()
+
+    assert [(j["status"], (j["error"] or {}).get("code")) for j in done] == [
+        ("completed", None),
+        ("failed", "write_failed"),
+        ("failed", "cancelled"),
+    ], done
+    assert [s[:3] for s in seen] == [(ok["id"], i, 3) for i in range(3)] + [(full["id"], i, 3) for i in range(3)] + [
+        (cancelled["id"], 0, 3),
+        (stopped["id"], 0, 3),
+    ]
+    for job, index, _, growing, event in seen:  # the chunk is in the growing file when its event is recorded
+        assert len(growing) == 1 and min(growing.values()) > 0, (job, index, growing)
+        assert event == {"chunk": index + 1, "of": 3, "frames": [5, 9, 13][index], "num_frames": 13}
+    assert not list(folder.glob(".vidax-*"))
+    again = JobRunner(pipe, "df", JobStore(folder), save_every=0)  # the next server
+    assert [j["status"] for j in _run_all(again, [stopped])] == ["completed"]
+    again.store.close()
+    assert [(extra[family.CHUNK_KEEP], shape[1]) for extra, shape in calls] == [(False, 0)] * 3
+
+    want = pipe("a cat", **dict(DF_CALL, num_frames=13, height=32, width=48, progress=False)).frames[0]
+    np.testing.assert_array_equal(np.concatenate(appended[ok["id"]]), want)
+    # the frames write_video wrote, through the growing file's encode (x264 without look-ahead, a
+    # keyframe a chunk: deterministic, so bit for bit where write_video's own encode differs)
+    write_video(want, tmp_path / "whole.mp4", fps=done[0]["fps"])
+    same = GrowingMp4(tmp_path / "same.mp4", done[0]["fps"])
+    for start, end in ((0, 5), (5, 9), (9, 13)):
+        append(same, want[start:end])
+    same.finish()
+    served = read_video(runner.store.video_path(ok["id"]))
+    assert served.shape == read_video(tmp_path / "whole.mp4").shape == (13, 32, 48, 3)
+    np.testing.assert_array_equal(served, read_video(tmp_path / "same.mp4"))
+    np.testing.assert_array_equal(read_video(runner.store.video_path(stopped["id"])), served)
+
+    message = done[1]["error"]["message"]
+    assert message == (
+        f"could not write {full['id']}.mp4 (OSError: [Errno 28] No space left on device); its first 5 frames are kept "
+        f"in {full['id']}.unwritten.mp4 in the jobs folder (the mp4 as far as it was written); the frames after them "
+        f"are kept in {full['id']}.unwritten.npy in the jobs folder (float32 (videos, frames, height, width, RGB) in "
+        "[0, 1], numpy.load)"
+    )
+    assert read_video(folder / f"{full['id']}.unwritten.mp4").shape == (5, 32, 48, 3)
+    np.testing.assert_array_equal(np.load(folder / f"{full['id']}.unwritten.npy"), want[None, 5:])
+    assert not os.path.exists(runner.store.video_path(full["id"]))
 
 
 def test_page_extends_a_clip_on_a_diffusion_forcing_checkpoint(skyreels_df, tmp_path, compile_cache):

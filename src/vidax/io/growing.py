@@ -7,7 +7,8 @@ every chunk starts with a keyframe), so the temporary file plays up to the frame
 the run goes on. :meth:`GrowingMp4.finish` ends the encode and publishes the file under
 its final name atomically (:func:`vidax.io.atomic.publish`), as every vidax writer: nothing
 half-written is ever under that name. An interrupted run finishes what it has (the chunks done)
-and publishes that; :meth:`GrowingMp4.abort` removes the temporary file.
+and publishes that; :meth:`GrowingMp4.abort` removes the temporary file, and
+:meth:`GrowingMp4.keep` moves it aside as far as it was written (``vidax serve``, a write that failed).
 """
 
 from __future__ import annotations
@@ -80,8 +81,12 @@ class GrowingMp4:
                 self._container.mux(packet)
         self.frames += len(pixels)
 
-    def finish(self) -> str:
+    def finish(self, *, keep_failed: bool = False) -> str:
         """End the encode and publish the file under its name; the path written.
+
+        Args:
+            keep_failed: a failure (other than the two below) leaves the temporary file as far
+                as it was written, for :meth:`keep` (else it is removed).
 
         Raises:
             InputError: no frame was appended; the name was taken meanwhile (without ``overwrite``).
@@ -101,9 +106,29 @@ class GrowingMp4:
                 " was created by another process while this one was written; it was not replaced",
             ) from None
         except BaseException:
-            self.abort()
+            if not keep_failed:
+                self.abort()
             raise
         return self.path
+
+    def keep(self, path: str | os.PathLike) -> str:
+        """Stop writing and move the temporary file, as far as it was written, to ``path`` (a
+        fragmented mp4 plays up to its last whole fragment: the :attr:`frames` appended whole
+        at least); the path. A write that failed (disk full) is where this is called.
+
+        Raises:
+            OSError: the file could not be moved (it is removed then).
+        """
+        try:
+            self._container.close()
+        except Exception:  # a container already closed, or left broken by the failed write
+            pass
+        try:
+            publish(self.tmp, os.fspath(path))
+        except OSError:
+            self.abort()
+            raise
+        return os.fspath(path)
 
     def abort(self) -> None:
         """Drop the file: nothing is published, the temporary file is removed."""

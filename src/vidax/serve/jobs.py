@@ -18,7 +18,8 @@ as ``vidax generate`` warns (``num_frames=2 is not of the form 4k+1; using 1, ..
 Records live in ``<jobs_dir>/jobs.sqlite3`` (with each unfinished job's request, the seed drawn
 filled in, its image as ``<id>.input.png``, its other uploads, the video to extend among them, as
 ``<id>.<field>.upload``), videos in ``<jobs_dir>/<id>.mp4`` (written
-atomically by :func:`vidax.io.video.write_video`), and the denoising state of a running batch
+atomically by :func:`vidax.io.video.write_video`; a video made chunk by chunk grows as its chunks
+finish and is published when the job completes, :mod:`vidax.serve.long_video`), and the denoising state of a running batch
 (with a job's step cache, the cache's state too), saved every few steps and after the last, in
 ``<jobs_dir>/states/<batch>.npz`` (written to a temporary file,
 fsync'd, renamed). So nothing is lost on a restart (a crash, ``kill -9``, a stop): finished
@@ -44,6 +45,7 @@ import numpy as np
 from vidax.errors import Cancelled, InputError, OutOfMemoryError, VidaxError
 from vidax.pipelines.presets import distilled_warning, presets_of
 from vidax.serve.fields import Fields, RequestError, Upload
+from vidax.serve.long_video import GrowingVideos, grows
 from vidax.serve.pending import CheckWarnings, Pending
 from vidax.serve.records import (
     Unwritten,
@@ -532,10 +534,20 @@ class JobRunner:
             pending.step = step
             self.store.update(pending.id, step=step, progress=progress_percent(step, steps))
 
-    def _chunked(self, batch: list[Pending], chunk: Any) -> None:
-        """The call's ``on_chunk``: each job's record keeps the last chunk finished (``chunk``,
-        :meth:`~vidax.models.skyreels_v2.long_video.FinishedChunk.progress`), a ``chunk`` event."""
-        for pending in self._live(batch):
+    def _chunked(self, batch: list[Pending], chunk: Any, grown: GrowingVideos | None = None) -> None:
+        """The call's chunk callback (the family's ``CHUNK_CALLBACK``): with ``grown``, each job's
+        frames of the chunk (its row of ``chunk.frames``) appended to its mp4 (a job cancelled
+        meanwhile: its file removed); then each job's record keeps the last chunk finished
+        (``chunk``, :meth:`~vidax.models.skyreels_v2.long_video.FinishedChunk.progress`), a
+        ``chunk`` event."""
+        live = self._live(batch)
+        if grown is not None:
+            for i, pending in enumerate(batch):
+                if pending in live:
+                    grown.append(pending.id, chunk.frames[i])
+                else:
+                    grown.drop(pending.id)
+        for pending in live:
             pending.chunk = chunk.progress()
             self.store.update(pending.id, chunk=pending.chunk)
 
@@ -681,12 +693,14 @@ class JobRunner:
             if first not in self._waiting:
                 return []
 
-    def _batched_call(self, batch: list[Pending], state_path: str) -> Any:
+    def _batched_call(self, batch: list[Pending], state_path: str, grown: GrowingVideos | None = None) -> Any:
         """One call running every job of ``batch``: the first's settings, each job's prompt,
         negative prompt, initial noise (drawn from its own seed, as when it runs alone) and
         guidance (:attr:`~vidax.pipelines.base.Call.video_guidance`, where they differ); on a
         data-parallel mesh the last job's call again for each row of :meth:`_padding` (their
-        videos are not kept)."""
+        videos are not kept). A pipeline that makes its video chunk by chunk reports each chunk
+        (:meth:`_chunked`); with ``grown``, each job's chunks are appended to its growing mp4 and
+        the call keeps none (the family's ``CHUNK_KEEP`` False)."""
         import jax
 
         calls = [p.call for p in batch]
@@ -714,8 +728,13 @@ class JobRunner:
                 video_guidance=guidance if len(set(guidance)) > 1 else None,
             )
         resume = None if batch[0].resume is None else load_state(batch[0].resume)
-        if "on_chunk" in type(batch[0].pipe).call_args():  # a long video: each finished chunk is an event
-            call = dataclasses.replace(call, extra={**call.extra, "on_chunk": lambda c: self._chunked(batch, c)})
+        family = type(batch[0].pipe).family
+        chunked = getattr(family, "CHUNK_CALLBACK", None)
+        if chunked in type(batch[0].pipe).call_args():  # a long video: each finished chunk is an event
+            extra = {**call.extra, chunked: lambda c: self._chunked(batch, c, grown)}
+            if grown is not None:
+                extra[family.CHUNK_KEEP] = False
+            call = dataclasses.replace(call, extra=extra)
         return dataclasses.replace(
             call,
             callback=lambda i, n: self._stepped(batch, i + 1, n),
@@ -798,9 +817,11 @@ class JobRunner:
 
         state_path = self.store.state_path(batch[0].id)
         jobs = {p.id: self.store.get(p.id) for p in batch}
-        resumed = None
+        resumed = grown = None
         try:
-            call = self._batched_call(batch, state_path)
+            if grows(batch[0].pipe, batch[0].call):  # each chunk appended to the job's mp4 as it ends
+                grown = GrowingVideos(self.store, batch)
+            call = self._batched_call(batch, state_path, grown)
             resumed = self._resumed = None if call.resume is None else call.resume[0]
             for pending in batch:
                 events.info(
@@ -827,8 +848,10 @@ class JobRunner:
                 pipe.scheduler, pipe.cache_config = loaded
             results = {}
             for i, pending in enumerate(batch):
-                results[pending.id] = self._finish(pending, jobs[pending.id], out, i, write_video)
+                results[pending.id] = self._finish(pending, jobs[pending.id], out, i, write_video, grown)
         except Exception as e:
+            if grown is not None:
+                grown.abort()
             if self.stopping and isinstance(e, Cancelled):  # the jobs wait for the next server
                 with self._lock:
                     for pending in batch:
@@ -847,32 +870,41 @@ class JobRunner:
                 self.store.forget_request(pending.id)
                 self._pending.pop(pending.id, None)
             self._running = []
+            if grown is not None:  # the files of jobs cancelled meanwhile
+                grown.abort()
             if os.path.exists(state_path):
                 os.unlink(state_path)
             for pending in batch:
                 if pending.resume is not None and os.path.exists(pending.resume):
                     os.unlink(pending.resume)
 
-    def _finish(self, pending: Pending, job: dict, out: Any, index: int, write_video: Callable) -> dict:
-        """The record of a job whose call ran: its mp4 written (row ``index`` of the output)."""
+    def _finish(
+        self, pending: Pending, job: dict, out: Any, index: int, write_video: Callable, grown: GrowingVideos | None
+    ) -> dict:
+        """The record of a job whose call ran: its mp4 written (row ``index`` of the output), or
+        with ``grown`` its growing mp4 published."""
         try:
             if pending.cancel.is_set():
                 raise Cancelled(f"after the VAE decode (all {job['num_inference_steps']} denoising steps done)")
             t0 = time.perf_counter()
-            try:
-                # The sound, where the model makes it, goes into the mp4 as its AAC track.
-                write_video(
-                    out.frames[index],
-                    self.store.video_path(pending.id),
-                    fps=pending.fps,
-                    audio=None if out.audio is None else out.audio[index],
-                    sample_rate=out.audio_sample_rate,
-                )
-            except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
-                raise Unwritten(self.store.folder, pending.id, out.frames[index : index + 1], e) from None
+            if grown is not None:
+                write_s = grown.publish(pending.id)
+            else:
+                try:
+                    # The sound, where the model makes it, goes into the mp4 as its AAC track.
+                    write_video(
+                        out.frames[index],
+                        self.store.video_path(pending.id),
+                        fps=pending.fps,
+                        audio=None if out.audio is None else out.audio[index],
+                        sample_rate=out.audio_sample_rate,
+                    )
+                except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
+                    raise Unwritten(self.store.folder, pending.id, out.frames[index : index + 1], e) from None
+                write_s = time.perf_counter() - t0
         except Exception as e:
             return self._failure(pending, job, e)
-        stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s, "write_s": time.perf_counter() - t0}
+        stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s, "write_s": write_s}
         if out.stats.cache is not None:
             stats["cache"] = out.stats.cache.describe()
             if out.stats.cache.calibration is not None:

@@ -70,22 +70,52 @@ class Unwritten(Exception):
     """The mp4 of a finished job could not be written; its frames are kept as
     ``<folder>/<job_id>.unwritten.npy`` (:func:`vidax.io.video.save_unwritten`, in ``folder``
     only), and the message names the files relative to ``folder`` (the client does not see the
-    server's paths)."""
+    server's paths).
 
-    def __init__(self, folder: str, job_id: str, frames: Any, error: Exception):
+    Args:
+        folder: the jobs folder.
+        job_id: the job.
+        frames: the frames not written, float32 (1, F, H, W, 3) in [0, 1]; None: none.
+        error: what failed.
+        grown: the job's growing mp4 (:class:`~vidax.io.growing.GrowingMp4`) where a long
+            video's chunks were appended to it before ``error``: the frames it holds are kept as
+            ``<folder>/<job_id>.unwritten.mp4`` (the mp4 as far as it was written; ``frames``
+            then are those after them).
+    """
+
+    def __init__(self, folder: str, job_id: str, frames: Any, error: Exception, grown: Any = None):
         from vidax.io.video import save_unwritten
 
         def local(text: str) -> str:
             return " ".join(text.replace(folder + os.sep, "").split())
 
-        try:
-            kept = os.path.relpath(
-                save_unwritten(frames, os.path.join(folder, f"{job_id}.mp4"), elsewhere=False), folder
-            )
-            kept = (
-                f"the frames are kept in {kept} in the jobs folder (float32 (videos, frames, height, width, "
-                "RGB) in [0, 1], numpy.load)"
-            )
-        except OSError as e:
-            kept = local(f"saving the frames as .npy failed too ({type(e).__name__}: {e})")
-        super().__init__(f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')}); {kept}")
+        said = []
+        if grown is not None and grown.frames:
+            kept = f"{job_id}.unwritten.mp4"
+            try:
+                grown.keep(os.path.join(folder, kept))
+                said.append(
+                    f"its first {grown.frames} frames are kept in {kept} in the jobs folder (the mp4 as far as it "
+                    "was written)"
+                )
+            except OSError as e:
+                said.append(
+                    local(f"keeping its first {grown.frames} frames as {kept} failed ({type(e).__name__}: {e})")
+                )
+        elif grown is not None:
+            grown.abort()
+        if frames is not None:
+            which = "the frames after them" if said else "the frames"
+            try:
+                kept = os.path.relpath(
+                    save_unwritten(frames, os.path.join(folder, f"{job_id}.mp4"), elsewhere=False), folder
+                )
+                said.append(
+                    f"{which} are kept in {kept} in the jobs folder (float32 (videos, frames, height, width, "
+                    "RGB) in [0, 1], numpy.load)"
+                )
+            except OSError as e:
+                said.append(local(f"saving {which} as .npy failed too ({type(e).__name__}: {e})"))
+        super().__init__(
+            f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')})" + "; ".join(["", *said])
+        )

@@ -192,7 +192,7 @@ class JobStore:
         self.forget_request(job_id)
         for path in [
             self.video_path(job_id),
-            *glob.glob(os.path.join(glob.escape(self.folder), f"{job_id}.unwritten*.npy")),
+            *glob.glob(os.path.join(glob.escape(self.folder), f"{job_id}.unwritten*")),
         ]:
             _unlink(path)
 
