@@ -315,3 +315,43 @@ def test_image_to_video_with_a_last_image_counts_its_frames(df_path):
     got: list[FinishedChunk] = []
     frames = pipe(image, "a cat", last_image=image, num_frames=9, on_chunk=got.append, **CALL).frames
     assert frames.shape[1] == 9 and [(c.frames.shape[1], c.frames_done, c.frames_total) for c in got] == [(9, 9, 9)]
+
+
+def test_serve_progress_is_the_whole_jobs(pipe, tmp_path, monkeypatch):
+    """``vidax serve``: a long job's ``progress`` (record and events) is the whole job's, not its
+    chunk's: it grows through the chunks, each chunk's steps within its share of the job, below
+    100 until the job is done. The user test of 50 saw it restart every chunk."""
+    from starlette.testclient import TestClient
+
+    from tests.test_serve import read_events
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    store = JobStore(tmp_path / "jobs")
+    recorded = []  # (chunks finished, progress) of each record change that carries a progress
+    update = store.update
+
+    def recording(job_id, **changes):
+        if "progress" in changes:
+            recorded.append((len(chunks_seen), changes["progress"]))
+        if "chunk" in changes:
+            chunks_seen.append(changes["chunk"])
+        return update(job_id, **changes)
+
+    chunks_seen: list = []
+    monkeypatch.setattr(store, "update", recording)
+    runner = JobRunner(pipe, "df", store, save_every=0)
+    with TestClient(create_app(runner), base_url="http://localhost") as client:
+        fields = {k: v for k, v in CALL.items() if k != "progress"}
+        job = client.post("/v1/videos", json={"prompt": "a cat", "num_frames": 21, **fields}).json()
+        events = read_events(client, job["id"])
+        record = client.get(f"/v1/videos/{job['id']}").json()
+    assert record["status"] == "completed" and record["progress"] == 100, record
+    count = len(chunks_seen)
+    assert count == 4 and len(recorded) == count * CALL["num_inference_steps"], recorded
+    progress = [p for _, p in recorded]
+    assert progress == sorted(set(progress)) and progress[-1] < 100, recorded
+    for done, p in recorded:  # a step of chunk done + 1 lies in that chunk's share
+        assert 100 * done // count < p < 100 * (done + 1) // count + 1, recorded
+    streamed = [d["progress"] for n, d in events if n == "progress"]
+    assert streamed == sorted(streamed) and max(streamed) < 100, events

@@ -55,7 +55,6 @@ from vidax.serve.records import (
     listed_job,
     log_job_end,
     progress_percent,
-    reached_step,
 )
 from vidax.serve.store import COMPLETED, IN_PROGRESS, QUEUED, JobStore, load_state, save_state
 from vidax.serve.tasks import TaskPipes
@@ -279,6 +278,8 @@ class JobRunner:
         pending.call, pending.fps = call, pending.pipe.video_fps(call)  # the mp4's, as vidax generate's
         pending.request = request
         pending.key = self._batch_key(pending)
+        plan = getattr(cls.family, "chunks", None)  # a long video's chunks, known from the checked call
+        pending.chunks = 1 if plan is None else len(plan(pending.pipe.info, call))
         video = fields.get("input_video")
         return pending, self._queued_job(pending, image_name, video.name if video is not None else None)
 
@@ -481,6 +482,7 @@ class JobRunner:
                 )
                 continue
             pending.resume, pending.step = states.get(job["id"], (None, 0))
+            pending.progress = progress_percent(pending.step, job["num_inference_steps"])
             events.info(
                 "%s queued again after a restart%s",
                 job["id"],
@@ -493,7 +495,7 @@ class JobRunner:
                         **job,
                         "status": QUEUED,
                         "step": pending.step,
-                        "progress": progress_percent(pending.step, job["num_inference_steps"]),
+                        "progress": pending.progress,
                     }
                 )
                 self._enqueue(pending)
@@ -527,12 +529,17 @@ class JobRunner:
             raise RequestError(400, " ".join(str(e).split()), "cache") from None
 
     def _stepped(self, batch: list[Pending], step: int, steps: int) -> None:
-        """The call's step callback: each job's record keeps the step reached (and its
-        progress), so a job whose server died keeps it; a job cancelled while its batch runs on
-        keeps the record made then."""
+        """The call's step callback (``step`` of ``steps`` in the chunk being denoised; a step
+        no later than the last one reported starts a long video's next chunk): each job's record
+        keeps the step reached and the whole job's progress (:func:`progress_percent`), so a job
+        whose server died keeps it; a job cancelled while its batch runs on keeps the record made
+        then."""
         for pending in self._live(batch):
+            if step <= pending.step and pending.chunk_index + 1 < pending.chunks:
+                pending.chunk_index += 1
             pending.step = step
-            self.store.update(pending.id, step=step, progress=progress_percent(step, steps))
+            pending.progress = progress_percent(step, steps, pending.chunk_index, pending.chunks)
+            self.store.update(pending.id, **pending.reached())
 
     def _chunked(self, batch: list[Pending], chunk: Any, grown: GrowingVideos | None = None) -> None:
         """The call's chunk callback (the family's ``CHUNK_CALLBACK``): with ``grown``, each job's
@@ -561,7 +568,7 @@ class JobRunner:
         job = self.store.get(job_id)
         pending = self._pending.get(job_id)
         if job is not None and pending is not None and job["status"] == IN_PROGRESS:
-            job.update(reached_step(pending.step, job))
+            job.update(pending.reached())
         return job
 
     def events(self, job_id: str) -> dict | None:
@@ -608,7 +615,7 @@ class JobRunner:
                         else "cancelled before denoising step 1"
                     )
                     job = {
-                        **failed_job({**job, **reached_step(pending.step, job)}, message, "cancelled"),
+                        **failed_job({**job, **pending.reached()}, message, "cancelled"),
                         "batch": self._batch_report(self._running, self._running.index(pending), self._resumed),
                     }
                 else:
@@ -922,14 +929,12 @@ class JobRunner:
     def _failure(self, pending: Pending, job: dict, e: Exception) -> dict:
         """The record of a job that failed with ``e``."""
         if isinstance(e, Cancelled):
-            return failed_job({**job, **reached_step(pending.step, job)}, str(e), "cancelled")
+            return failed_job({**job, **pending.reached()}, str(e), "cancelled")
         if isinstance(e, Unwritten):
             return failed_job({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
         if isinstance(e, VidaxError):
             message = pending.request.error(e).message if pending.request else str(e)
-            return failed_job({**job, **reached_step(pending.step, job)}, " ".join(message.split()), error_code(e))
+            return failed_job({**job, **pending.reached()}, " ".join(message.split()), error_code(e))
         # a codec or disk error writing the video, a bug: the job fails, the server stays
         logger.error("job %s failed", pending.id, exc_info=e)
-        return failed_job(
-            {**job, **reached_step(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()), "internal"
-        )
+        return failed_job({**job, **pending.reached()}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")

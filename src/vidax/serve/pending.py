@@ -28,13 +28,20 @@ class Pending:
         self.scheduler: Any = None  # its preset's scheduler where not the pipeline's (None: the pipeline's)
         self.request: Fields | None = None  # spells the run's errors as the request's fields
         self.cancel = threading.Event()
-        self.step = 0
+        self.step = 0  # denoising steps done in the chunk being denoised
+        self.chunks = 1  # the chunks its video is made in (a long video's; 1: made at once)
+        self.chunk_index = 0  # the chunk being denoised, 0-based
+        self.progress = 0  # the whole job's percentage (records.progress_percent)
         self.key: tuple | None = None
         self.previews: collections.deque = collections.deque(maxlen=KEPT_PREVIEWS)
         # what the request's checks changed, as vidax generate warns (the job's "warnings")
         self.warnings: list[str] = []
         self.resume: str | None = None
         self.chunk: dict | None = None  # a long video's last chunk finished (its record's "chunk")
+
+    def reached(self) -> dict:
+        """The record's ``step`` and ``progress`` where the job is (or stopped)."""
+        return {"step": self.step, "progress": self.progress}
 
 
 class CheckWarnings(logging.Handler):

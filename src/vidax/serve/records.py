@@ -29,15 +29,12 @@ def listed_job(job: dict) -> dict:
     return job
 
 
-def progress_percent(step: int, steps: int) -> int:
-    """The percentage of ``step`` denoising steps done of ``steps`` (decoding and writing the
-    video count as one more step)."""
-    return 100 * step // (steps + 1)
-
-
-def reached_step(step: int, job: dict) -> dict:
-    """``step`` and its ``progress`` in ``job``, for a job that stopped there."""
-    return {"step": step, "progress": progress_percent(step, job["num_inference_steps"])}
+def progress_percent(step: int, steps: int, chunk: int = 0, chunks: int = 1) -> int:
+    """The percentage of the whole job done at ``step`` denoising steps of ``steps`` in its chunk
+    ``chunk`` (0-based) of ``chunks`` (a long video made chunk by chunk; 1: a video made at
+    once): each chunk counts as an equal part, and in it decoding counts as one more step, so
+    the percentage grows through the chunks and reaches 100 only when the job is done."""
+    return 100 * (chunk * (steps + 1) + step) // (chunks * (steps + 1))
 
 
 def log_job_end(job: dict) -> None:
