@@ -355,3 +355,34 @@ def test_serve_progress_is_the_whole_jobs(pipe, tmp_path, monkeypatch):
         assert 100 * done // count < p < 100 * (done + 1) // count + 1, recorded
     streamed = [d["progress"] for n, d in events if n == "progress"]
     assert streamed == sorted(streamed) and max(streamed) < 100, events
+
+
+def test_serve_shutdown_ends_the_open_event_streams(pipe, tmp_path):
+    """A SIGTERM with an events stream open (the user test of 50: the job ran 2 more chunks, the
+    stream held the shutdown past uvicorn's grace and was cancelled with a traceback): the
+    server's signal handler marks the runner stopping, the stream ends at once with ``stopping``,
+    the long job stops at its next step and waits, queued, for the next server."""
+    import signal
+
+    import uvicorn
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import Server, create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)
+    app = create_app(runner)
+    server = Server(uvicorn.Config(app), runner)
+    fields = {k: v for k, v in CALL.items() if k != "progress"}
+    names = []
+    with TestClient(app, base_url="http://localhost") as client:
+        job = client.post("/v1/videos", json={"prompt": "a cat", "num_frames": 81, **fields}).json()
+        with client.stream("GET", f"/v1/videos/{job['id']}/events") as r:
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    names.append(line[7:])
+                    if len(names) == 1:
+                        server.handle_exit(signal.SIGTERM, None)
+    record = runner.store.get(job["id"])
+    assert server.should_exit and names[-1] == "stopping" and "done" not in names, names
+    assert record["status"] == "queued" and record.get("chunk", {"chunk": 0})["chunk"] < 19, record

@@ -20,7 +20,8 @@
                                ``chunk`` as a long video's chunks finish (the last one: ``chunk``
                                of ``of``, ``frames`` done of ``num_frames``; diffusion forcing;
                                also the job's ``chunk``),
-                               then ``done`` or ``failed`` (the job)
+                               then ``done`` or ``failed`` (the job), or ``stopping`` (``id``,
+                               ``message``) when the server shuts down first
 ``DELETE /v1/videos/{id}``     cancel a queued job (-> the failed job), or a running one between
                                steps (-> the job, ``cancel_requested: true``); a finished job is
                                deleted with its video
@@ -52,8 +53,10 @@ import json
 import os
 import tempfile
 from importlib.resources import files
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
@@ -255,9 +258,13 @@ def _event(name: str, data: dict) -> str:
 async def _event_stream(runner: JobRunner, job_id: str):
     """The events of one job (see the module), each sent when it changes; the stream ends with
     the job (``done`` / ``failed``), with the job deleted (``failed``, code ``not_found``) or
-    with the server."""
+    with the server (``stopping``, as soon as it begins to shut down: :class:`Server`)."""
     sent: dict[str, Any] = {}
-    while not runner.stopping:
+    while True:
+        if runner.stopping:
+            message = "the server is stopping; the job stays in the jobs folder for the next server on it"
+            yield _event("stopping", {"id": job_id, "message": message})
+            return
         now = runner.events(job_id)
         if now is None:
             yield _event("failed", {"id": job_id, "error": {"code": "not_found", "message": "the job was deleted"}})
@@ -472,3 +479,18 @@ def create_app(
     )
     app.add_middleware(_Guard, host=host, port=port, api_key=api_key)
     return app
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server for ``runner``'s app (:func:`create_app`): a SIGINT / SIGTERM first marks
+    the runner stopping (:meth:`~vidax.serve.jobs.JobRunner.halt`), so the running job stops at
+    its next check and the open event streams end (``stopping``), then shuts down as uvicorn
+    does (its graceful shutdown waits for the open responses, which then close at once)."""
+
+    def __init__(self, config: uvicorn.Config, runner: JobRunner):
+        super().__init__(config)
+        self.runner = runner
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.runner.halt()
+        super().handle_exit(sig, frame)

@@ -642,6 +642,12 @@ class JobRunner:
         self._thread = threading.Thread(target=self._work, name="vidax-serve-worker", daemon=True)
         self._thread.start()
 
+    def halt(self) -> None:
+        """Mark the runner stopping, without waiting (it takes no lock: a signal handler may call
+        it): the running batch stops at its next check and the event streams end; :meth:`stop`
+        does the rest."""
+        self.stopping = True
+
     def stop(self, timeout: float | None = None) -> None:
         """Stop the running batch at its next check and wait for the worker to end. The queued
         jobs stay queued and the running ones go back to the queue (with the state saved last),
