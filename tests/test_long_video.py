@@ -386,3 +386,33 @@ def test_serve_shutdown_ends_the_open_event_streams(pipe, tmp_path):
     record = runner.store.get(job["id"])
     assert server.should_exit and names[-1] == "stopping" and "done" not in names, names
     assert record["status"] == "queued" and record.get("chunk", {"chunk": 0})["chunk"] < 19, record
+
+
+def test_serve_cancelled_long_job_says_its_chunk(pipe, tmp_path):
+    """A long job cancelled after some chunks (DELETE) says in which chunk it stopped: its error
+    and ``/content``'s 409 read "cancelled in chunk K of N (... denoising step ...)", K after the
+    chunks it finished (the user test of 50 read only "cancelled before denoising step 1 of 30")."""
+    import re
+    import time
+
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)
+    fields = {k: v for k, v in CALL.items() if k != "progress"}
+    with TestClient(create_app(runner), base_url="http://localhost") as client:
+        job_id = client.post("/v1/videos", json={"prompt": "a cat", "num_frames": 81, **fields}).json()["id"]
+        deadline = time.monotonic() + 60
+        while (runner.store.get(job_id).get("chunk") or {"chunk": 0})["chunk"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        finished = runner.store.get(job_id)["chunk"]["chunk"]
+        assert client.delete(f"/v1/videos/{job_id}").status_code == 200
+        while runner.get(job_id)["status"] != "failed" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        content = client.get(f"/v1/videos/{job_id}/content")
+    message = runner.get(job_id)["error"]["message"]
+    found = re.fullmatch(r"cancelled in chunk (\d+) of 19 \((before|after) denoising step \d of 2\)", message)
+    assert found and finished < int(found[1]) < 19, (finished, message)
+    assert content.status_code == 409 and message in content.json()["error"]["message"], content.json()

@@ -609,7 +609,7 @@ class JobRunner:
                         self.store.update(job_id, cancel_requested=True)
                         events.info("%s cancelling: stops at the next step", job_id)
                         return self.get(job_id)
-                    message = (
+                    message = pending.in_chunk(
                         f"cancelled after denoising step {pending.step} of {job['num_inference_steps']}"
                         if pending.step
                         else "cancelled before denoising step 1"
@@ -935,7 +935,7 @@ class JobRunner:
     def _failure(self, pending: Pending, job: dict, e: Exception) -> dict:
         """The record of a job that failed with ``e``."""
         if isinstance(e, Cancelled):
-            return failed_job({**job, **pending.reached()}, str(e), "cancelled")
+            return failed_job({**job, **pending.reached()}, pending.in_chunk(str(e)), "cancelled")
         if isinstance(e, Unwritten):
             return failed_job({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
         if isinstance(e, VidaxError):

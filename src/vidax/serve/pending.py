@@ -39,6 +39,17 @@ class Pending:
         self.resume: str | None = None
         self.chunk: dict | None = None  # a long video's last chunk finished (its record's "chunk")
 
+    def in_chunk(self, message: str) -> str:
+        """``message``, where the job stopped (``"cancelled before denoising step 1 of 30"``), for
+        a long video's job with its chunk: ``"cancelled in chunk 4 of 12 (before denoising step 1
+        of 30)"`` (the chunk after the last finished one, or the one whose steps ran)."""
+        if self.chunks == 1:
+            return message
+        finished = 0 if self.chunk is None else self.chunk["chunk"]
+        chunk = min(self.chunks, max(self.chunk_index, finished) + 1)
+        verb, _, where = message.rpartition("cancelled ")
+        return f"{verb}cancelled in chunk {chunk} of {self.chunks} ({where})"
+
     def reached(self) -> dict:
         """The record's ``step`` and ``progress`` where the job is (or stopped)."""
         return {"step": self.step, "progress": self.progress}
