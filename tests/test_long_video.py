@@ -416,3 +416,32 @@ def test_serve_cancelled_long_job_says_its_chunk(pipe, tmp_path):
     found = re.fullmatch(r"cancelled in chunk (\d+) of 19 \((before|after) denoising step \d of 2\)", message)
     assert found and finished < int(found[1]) < 19, (finished, message)
     assert content.status_code == 409 and message in content.json()["error"]["message"], content.json()
+
+
+def test_serve_fields_of_a_long_video_request(pipe, tmp_path):
+    """``vidax serve`` on a diffusion-forcing checkpoint (the user test of 50), checked without
+    running: ``fps`` is a field as ``vidax generate --fps`` is a flag (the mp4's rate, which
+    ``seconds`` counts in, and the call's ``fps=``); an unknown field's message lists the fields
+    of every task (``last_image``, ``input_video`` too); a bad upload is named by its file name,
+    not by the server's copy."""
+    from vidax.serve.fields import RequestError, Upload
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)  # not started: nothing runs
+    fields = {k: v for k, v in CALL.items() if k != "progress"}
+    job = runner.submit({"prompt": "a cat", "seconds": 2, "fps": 8, **fields})
+    assert (job["fps"], job["num_frames"], job["seconds"]) == (8, 17, "2"), job
+    assert runner._pending[job["id"]].call.extra["fps"] == 8.0
+    with pytest.raises(RequestError) as e:
+        runner.submit({"prompt": "a cat", "fps": 0, **fields})
+    assert e.value.param == "fps" and "fps must be a number > 0 (frames per second), got 0" in e.value.message
+    with pytest.raises(RequestError) as e:
+        runner.submit({"prompt": "a cat", "bogus": 1, **fields})
+    assert e.value.message.startswith("unknown field 'bogus'; this model takes"), e.value.message
+    assert "last_image" in e.value.message and "input_video" in e.value.message, e.value.message
+    copy = tmp_path / ".upload-x1y2"
+    copy.write_bytes(b"not a video")
+    with pytest.raises(RequestError) as e:
+        runner.submit({"prompt": "a cat", "input_video": Upload(str(copy), "clip.mp4"), **fields})
+    assert e.value.param == "input_video" and "'clip.mp4'" in e.value.message, e.value.message
+    assert str(copy) not in e.value.message and ".upload-" not in e.value.message, e.value.message

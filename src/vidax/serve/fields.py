@@ -2,9 +2,11 @@
 
 The fields are OpenAI's ``/v1/videos`` names where it has one (``prompt``, ``model``, ``size``
 "WIDTHxHEIGHT", ``seconds``, ``input_reference``), vidax's ``input_video`` (the video to extend,
-where the checkpoint does video-to-video) and, for the rest, the call keywords the loaded
-pipeline declares (:class:`vidax.pipelines.options.CallOption`, those ``vidax generate`` offers as
-flags): the shared ones (``negative_prompt``, ``height``, ``num_inference_steps``, ``seed``, ...)
+where the checkpoint does video-to-video) and ``fps`` (the mp4's frame rate, which ``seconds``
+counts in, and the call's ``fps`` where the model conditions on it, as ``vidax generate --fps``)
+and, for the rest, the call keywords the loaded pipeline declares
+(:class:`vidax.pipelines.options.CallOption`, those ``vidax generate`` offers as flags): the shared
+ones (``negative_prompt``, ``height``, ``num_inference_steps``, ``seed``, ...)
 and the family's own (LTX-Video's ``frame_rate``, HunyuanVideo's ``true_cfg_scale``, ...), each
 checked by its declaration. They come as JSON, or as form fields (strings, read as the declared
 type) with the image as the multipart file ``input_reference``, the video as the multipart file
@@ -53,6 +55,7 @@ STANDS_FOR = {
     "input_video": ("video",),
     "cache": (),
     "preset": (),
+    "fps": (),
 }
 
 _SIZE = re.compile(r"\s*(\d+)\s*[xX\u00d7]\s*(\d+)\s*")
@@ -116,6 +119,9 @@ class Fields:
         image_name: the file name of the uploaded ``input_reference``, or None.
         cache: whether the pipeline takes a step cache (the ``cache`` field).
         presets: whether the pipeline's family has presets (the ``preset`` field).
+        every: the fields of every task of the checkpoint (:meth:`TaskPipes.accepted
+            <vidax.serve.tasks.TaskPipes.accepted>`), which the unknown-field message lists
+            (empty: this pipeline's).
         texts: the text of each JSON number field as sent (:func:`number_texts`), for the
             messages (:meth:`sent`); None: the fields are a form's texts.
     """
@@ -129,8 +135,12 @@ class Fields:
         cache: bool = False,
         texts: Mapping[str, str] | None = None,
         presets: bool = False,
+        every: Iterable[str] = (),
     ):
         options = tuple(options)
+        #: whether the pipeline conditions on the frame rate (its ``fps`` keyword, no flag of its own)
+        self.takes_fps = any(o.name == "fps" and not o.is_flag for o in options)
+        self.every = list(every)
         self.options = {o.name: o for o in options if o.is_flag and o.type not in (VIDEO_FILE, OBJECT)}
         self.video = any(o.name == "video" and o.type is VIDEO_FILE for o in options)
         self.fps, self.image_name, self.cache, self.texts = fps, image_name, cache, dict(texts or {})
@@ -150,7 +160,7 @@ class Fields:
         ``model``, ``size``, ``seconds``, and vidax's ``cache`` and ``preset`` where the pipeline
         takes them."""
         names = [n for n, o in self.options.items() if not (o.type is IMAGE_FILE and n == "image")]
-        names[1:1] = ["model", "size", "seconds"]
+        names[1:1] = ["model", "size", "seconds", "fps"]
         return (
             names
             + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
@@ -169,10 +179,23 @@ class Fields:
                 a prompt or negative prompt that is not one string.
         """
         given, accepted = self.given, self.accepted()
+        every = self.every or accepted
         unknown = sorted(set(given) - set(accepted) - {"input_reference", "input_video"})  # the caller's
         if unknown:
-            raise RequestError(400, f"unknown field {unknown[0]!r}; this model takes {', '.join(accepted)}", unknown[0])
+            name = unknown[0]
+            if name in every:
+                raise RequestError(
+                    400,
+                    f"field {name!r} is not taken by this request's task (input_reference: image-to-video, "
+                    f"input_video: video-to-video, neither: text-to-video), which takes {', '.join(accepted)}",
+                    name,
+                )
+            raise RequestError(400, f"unknown field {name!r}; this model takes {', '.join(every)}", name)
         kw = {k: _typed(self.options[k], v, self.texts.get(k)) for k, v in given.items() if k not in STANDS_FOR}
+        if "fps" in given:  # the mp4's frame rate, and the call's where the model conditions on it
+            self.fps = self._positive("fps", " (frames per second)")
+            if self.takes_fps:
+                kw["fps"] = self.fps
         if "prompt" in self.options and "prompt" not in kw:  # as the pipeline's check says it, a string
             raise RequestError(400, "prompt is required: describe the video (a string)", "prompt")
         for name in ("prompt", "negative_prompt"):
@@ -196,17 +219,7 @@ class Fields:
             if "num_frames" in given:
                 raise RequestError(400, "seconds and num_frames are both given; give one of them", "seconds")
             seconds = given["seconds"]
-            value = (
-                typed_number(seconds)
-                if isinstance(seconds, str)
-                else float(seconds)
-                if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-                else None
-            )
-            if value is None or not math.isfinite(value) or value <= 0:
-                raise RequestError(
-                    400, f"seconds must be a number > 0, got {self.as_sent(Arg('seconds', seconds))}", "seconds"
-                )
+            value = self._positive("seconds", "")
             if value * self.fps >= MAX_TYPED_INT:  # a frame count no int64 holds (1e300: 301 digits)
                 raise RequestError(
                     400,
@@ -218,6 +231,24 @@ class Fields:
             kw["num_frames"] = round(value * self.fps) + 1
         return kw
 
+    def _positive(self, name: str, unit: str) -> float:
+        """The number > 0 the field ``name`` gives (``seconds``, ``fps``: a JSON number or a
+        string spelling one); ``unit``: what it counts, for the message.
+
+        Raises:
+            RequestError: 400, not a finite number > 0."""
+        given = self.given[name]
+        value = (
+            typed_number(given)
+            if isinstance(given, str)
+            else float(given)
+            if isinstance(given, (int, float)) and not isinstance(given, bool)
+            else None
+        )
+        if value is None or not math.isfinite(value) or value <= 0:
+            raise RequestError(400, f"{name} must be a number > 0{unit}, got {self.as_sent(Arg(name, given))}", name)
+        return float(value)
+
     def field(self, name: str) -> str | None:
         """The request field that gave the call keyword ``name`` (``decode_timestep[0]``: the
         field ``decode_timestep``): ``size`` for height / width when the request gave ``size``,
@@ -227,7 +258,7 @@ class Fields:
         for field, keywords in STANDS_FOR.items():
             if name in keywords and (field in self.given or field in ("input_reference", "input_video")):
                 return field
-        return name if name in self.options else None
+        return name if name in self.options or name in self.given else None
 
     def sent(self, name: str) -> str | None:
         """The text the request gave the value of field (or list item, ``field[i]``) ``name``
@@ -281,7 +312,11 @@ class Fields:
 
     def error(self, e: VidaxError) -> RequestError:
         """The 400 answer to an error of the pipeline's checks: its message with the arguments
-        spelled as the request's fields, ``param`` the field of the first argument it names
-        that is one."""
+        spelled as the request's fields, an upload named by its file name as sent (not the
+        server's copy), ``param`` the field of the first argument it names that is one."""
         param = next((f for f in map(self.field, e.arguments) if f is not None), None)
-        return RequestError(400, e.render(self.spell), param)
+        message = e.render(self.spell)
+        for upload in self.given.values():
+            if isinstance(upload, Upload):
+                message = message.replace(upload.path, upload.name)
+        return RequestError(400, message, param)

@@ -268,6 +268,7 @@ class JobRunner:
             cache=cls.family.cache_reference,
             texts=texts,
             presets=bool(presets_of(cls)),
+            every=self.tasks.accepted(),
         )
         call, preset_cache = self._checked_call(pending, request, image_path)
         pending.cache = self._cache(pending.pipe, request.given.get("cache"), call.num_inference_steps) or preset_cache
@@ -275,7 +276,9 @@ class JobRunner:
             warning = distilled_warning(*self.recognised, call)
             if warning:
                 events.warning("%s: %s", job_id, warning)
-        pending.call, pending.fps = call, pending.pipe.video_fps(call)  # the mp4's, as vidax generate's
+        # the mp4's, as vidax generate's: the request's fps, else the model's
+        pending.call = call
+        pending.fps = request.fps if "fps" in request.given else pending.pipe.video_fps(call)
         pending.request = request
         pending.key = self._batch_key(pending)
         plan = getattr(cls.family, "chunks", None)  # a long video's chunks, known from the checked call
