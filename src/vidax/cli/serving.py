@@ -92,7 +92,7 @@ def _serve(runner, store, sock: socket.socket, options: ServeOptions, model: str
     socket and ``store`` and say the server stopped (and by which signal)."""
     import uvicorn
 
-    from vidax.serve.app import create_app
+    from vidax.serve.app import Server, create_app
 
     bound = sock.getsockname()
     config = uvicorn.Config(
@@ -115,7 +115,7 @@ def _serve(runner, store, sock: socket.socket, options: ServeOptions, model: str
         for sig in (signal.SIGINT, signal.SIGTERM)
     }
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        Server(config, runner).run(sockets=[sock])  # a signal stops the job and the event streams first
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
