@@ -248,6 +248,32 @@ def test_serve_events_carry_the_chunks(pipe, tmp_path):
     assert any(said in w for w in record["warnings"]), record
 
 
+def test_serve_saves_no_state_a_long_video_would_not_resume_from(pipe, tmp_path, monkeypatch):
+    """The chunk loop does not resume from a saved denoising state (its steps restart in each
+    chunk): with ``--save-every 1`` a long video's job saves none, so a restarted server starts
+    it over instead of reporting a resume that did not happen."""
+    import time
+
+    import vidax.serve.jobs as jobs
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    saved = []
+    monkeypatch.setattr(jobs, "save_state", lambda *a, **k: saved.append(a[2]))
+    runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=1)
+    runner.start()
+    try:
+        fields = {k: v for k, v in CALL.items() if k != "progress"}
+        job = runner.submit({"prompt": "a cat", "num_frames": 13, **fields})
+        deadline = time.monotonic() + 600
+        while runner.get(job["id"])["status"] not in ("completed", "failed") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert runner.get(job["id"])["status"] == "completed", runner.get(job["id"])
+    finally:
+        runner.stop(timeout=60)
+        runner.store.close()
+    assert saved == []
+
+
 def test_extend_a_clip_from_the_command_line_and_python(df_path, tmp_path):
     """``vidax generate --video clip.mp4 --num-frames 25`` continues the clip: its 17 frames then
     25 more (the first 17 of them the clip's last, re-made), with no --overlap-history: the

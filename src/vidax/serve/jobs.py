@@ -764,7 +764,8 @@ class JobRunner:
         cache, its state beside the loop's, :func:`save_state`), a preview made every
         :attr:`preview_every` steps (:class:`~vidax.serve.preview.Previewer`)."""
         steps = call.num_inference_steps
-        save = self.save_every > 0
+        # a pipeline whose loop does not resume from a saved state (a video made in chunks) saves none
+        save = self.save_every > 0 and getattr(type(batch[0].pipe).family, "RESUMES_STATE", True)
         previewer = None
         if self.preview_every and self.preview_map is not None:
             from vidax.serve.preview import Previewer

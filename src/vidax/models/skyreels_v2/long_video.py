@@ -146,6 +146,9 @@ class LongVideo:
     #: The call keyword that, False, keeps no chunk's frames for the call's return (the caller
     #: wrote them as they ended).
     CHUNK_KEEP = KEEP_CHUNKS.name
+    #: A call's ``on_state`` / ``resume`` (the denoising loop's saved state, ``vidax serve``'s
+    #: restarts) are not carried across chunks: a stopped video starts over.
+    RESUMES_STATE = False
 
     @classmethod
     def chunked_length(cls, info, given: dict) -> tuple[dict, Message | None]:
