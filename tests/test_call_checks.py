@@ -1040,6 +1040,34 @@ def test_dtype_names_and_aliases():
         parse_dtype("fp16")
 
 
+def test_a_dtype_is_parsed_at_the_front_door_and_taken_parsed_inside(ckpt, monkeypatch):
+    """The user's dtype is parsed once, at the front door (``load_pipeline`` / ``from_pretrained``'s
+    ``dtype_option``, the command line's ``check_precision``, the plan's ``with_placement`` for a
+    name given to it); a parsed dtype passes ``with_placement`` unparsed, and code behind it (the
+    staging, the component table) takes only a parsed dtype: a name reaching it (a caller that
+    skipped the front doors) is a TypeError naming the function, not a second parse."""
+    import vidax.nn.inputs as inputs
+    from vidax.cli.flags import LoadFlags
+    from vidax.cli.records import check_precision
+    from vidax.pipelines.loading import VAE, ComponentTable, dtype_option, plan_staging
+    from vidax.pipelines.plan import read_plan, with_placement
+
+    assert dtype_option("bf16", {}) is jnp.bfloat16 and dtype_option(None, {}) is jnp.float32
+    assert dtype_option(None, {"torch_dtype": "fp32"}) is jnp.float32
+    assert check_precision(LoadFlags(dtype=" BF16 "))[0] is jnp.bfloat16
+    plan = read_plan(ckpt)
+    assert with_placement(plan, dtype="bf16").dtype is jnp.bfloat16  # the plan's own front door
+    parsed = []  # a front door's parsed dtype is not parsed again
+    monkeypatch.setattr(inputs, "parse_dtype", lambda *a: parsed.append(a))
+    assert with_placement(plan, dtype=jnp.bfloat16).dtype is jnp.bfloat16 and parsed == []
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match=r"^plan_staging takes a parsed dtype .*got 'bfloat16'"):
+        plan_staging(plan.pipeline.family, plan.info, "bfloat16", jnp.float32, None, None)
+    table = ComponentTable(files={}, weighted={"vae": VAE})
+    with pytest.raises(TypeError, match=r"^ComponentTable.load takes a parsed dtype .*got 'fp32'"):
+        table.load(plan.info, dtype="fp32", mesh=None, offload=None, staging=None, vae_dtype=jnp.float32)
+
+
 def test_mesh_sizes_are_positive_integers():
     from vidax.parallel.mesh import mesh_from_sizes
 

@@ -4,6 +4,7 @@ in the order the commands refuse them, before anything is read."""
 
 import dataclasses
 
+import jax.numpy as jnp
 import pytest
 
 from vidax.cli.flags import GENERATE_ORDER, SERVE_ORDER, GenerateFlags, LoadFlags, ServeFlags
@@ -41,7 +42,12 @@ def test_flags_are_checked_into_records_in_the_commands_order(tmp_path):
     )
     assert isinstance(request, GenerateRequest) and request.call == {"prompt": "x"}
     load = request.load
-    assert (load.dtype, load.matmul_precision, load.sizes, load.offload.chunk) == ("bf16", "high", (2, None, None), 2)
+    assert (load.dtype, load.matmul_precision, load.sizes, load.offload.chunk) == (
+        jnp.bfloat16,
+        "high",
+        (2, None, None),
+        2,
+    )
     assert (request.output.path, request.output.given, request.output.format, request.output.fps) == (
         out,
         False,

@@ -140,3 +140,21 @@ def test_spec_runs_the_call_checks_and_defaults_from_configs_alone(family, tmp_p
             spec.check_call("a cat", not_a_keyword=1, **image)
         with pytest.raises(InputError, match="num_inference_steps"):
             spec.check_call("a cat", num_inference_steps=0, **image)
+
+
+def test_hooks_read_the_pipeline_by_name_only():
+    """A family's hooks read the pipeline's components and settings as ``self.pipe.X``: an
+    attribute the hooks lack raises AttributeError (no forwarding to the pipeline, which let a
+    hooks attribute of the same name hide the pipeline's), for every registered pipeline class."""
+    from types import SimpleNamespace
+
+    info = SimpleNamespace(boundary_ratio=None)  # what a hooks' __init__ reads (Wan's expert switch)
+    pipe = SimpleNamespace(vae="the pipeline's vae", dtype="the pipeline's dtype", info=info, scheduler=None)
+    classes = {spec.load().family for spec in registry().pipelines()}
+    assert len(classes) > 10
+    for hooks_class in classes:
+        hooks = hooks_class(pipe)
+        assert hooks.pipe is pipe
+        for name in ("vae", "dtype", "info", "scheduler"):
+            with pytest.raises(AttributeError):
+                getattr(hooks, name)

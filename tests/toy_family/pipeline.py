@@ -70,8 +70,8 @@ class ToyHooks(FamilyHooks):
         )
 
     def encode_text(self, texts, max_sequence_length, truncation=None):
-        tokens = self.tokenizer(texts, max_sequence_length, truncation=truncation)
-        return encode_tokens(self.text_encoder, tokens, zero_padding=True)
+        tokens = self.pipe.tokenizer(texts, max_sequence_length, truncation=truncation)
+        return encode_tokens(self.pipe.text_encoder, tokens, zero_padding=True)
 
     def model_args(self, latents, state, inputs, do_cfg):
         context = inputs.embeds
@@ -83,7 +83,7 @@ class ToyHooks(FamilyHooks):
         return np.repeat(super().decode(call, latents, stats), call.extra.get("toy_repeat", 1), axis=1)
 
     def scheduler_update(self, state, pred, latents, inputs):
-        return self.scheduler.step(state, pred.reshape(latents.shape), latents)
+        return self.pipe.scheduler.step(state, pred.reshape(latents.shape), latents)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,15 +17,15 @@ from vidax.cli.flags import GenerateFlags, LoadFlags, ServeFlags, call_options, 
 class LoadOptions:
     """The pipeline a command loads, from :class:`~vidax.cli.flags.LoadFlags` checked.
 
-    ``checkpoint``: the folder or hub id (None: the embedded default); ``dtype``: ``--dtype`` as
-    typed (checked: float32 / bfloat16 or an alias); ``matmul_precision``: highest / high /
+    ``checkpoint``: the folder or hub id (None: the embedded default); ``dtype``: ``--dtype`` parsed
+    (``jnp.float32`` / ``jnp.bfloat16``); ``matmul_precision``: highest / high /
     default (None: not given); ``sizes``: ``(dp, tp, sp)``, None where not given; ``offload``: the
     ``OffloadConfig`` (None: no offloading flag); ``loras``: ``(path, scale)`` of each ``--lora``;
     ``weight_dtype``: ``--weights``; ``transformer``: a single-file transformer; ``preset``:
     ``--preset``."""
 
     checkpoint: str | None
-    dtype: str
+    dtype: Any
     matmul_precision: str | None
     sizes: tuple
     offload: Any
@@ -159,9 +159,11 @@ def serve_options(load: LoadFlags, own: ServeFlags) -> ServeOptions:
     )
 
 
-def check_precision(load: LoadFlags) -> tuple[str, str | None]:
-    """``(dtype, matmul_precision)``: ``--dtype`` as typed, checked, and ``--matmul-precision``
-    as :func:`~vidax.nn.precision.parse_matmul_precision` names it (None: not given).
+def check_precision(load: LoadFlags) -> tuple[Any, str | None]:
+    """``(dtype, matmul_precision)``: ``--dtype`` parsed (:func:`~vidax.nn.inputs.parse_dtype`:
+    ``jnp.float32`` or ``jnp.bfloat16``, the one parse of the flag, what the plan takes) and
+    ``--matmul-precision`` as :func:`~vidax.nn.precision.parse_matmul_precision` names it (None:
+    not given).
 
     Raises:
         InputError: a dtype or precision vidax does not run, naming the flag.
@@ -169,8 +171,7 @@ def check_precision(load: LoadFlags) -> tuple[str, str | None]:
     from vidax.nn.inputs import parse_dtype
     from vidax.nn.precision import parse_matmul_precision
 
-    parse_dtype(load.dtype)
-    return load.dtype, parse_matmul_precision(load.matmul_precision)
+    return parse_dtype(load.dtype), parse_matmul_precision(load.matmul_precision)
 
 
 def load_options(load: LoadFlags, preset: str | None, precision: tuple, offload, loras: list) -> LoadOptions:

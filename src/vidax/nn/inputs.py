@@ -46,6 +46,31 @@ def parse_dtype(dtype: Any, name: str = "dtype") -> Any:
     return DTYPES[key]
 
 
+def is_parsed_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is one :func:`parse_dtype` returns (``jnp.float32`` / ``jnp.bfloat16``,
+    or their ``np.dtype``), not a name still to parse."""
+    if isinstance(dtype, np.dtype):
+        return any(dtype == np.dtype(t) for t in DTYPES.values())
+    return any(dtype is t for t in DTYPES.values())
+
+
+def parsed_dtype(dtype: Any, where: str) -> Any:
+    """``dtype`` where it is one :func:`parse_dtype` returns (``jnp.float32`` / ``jnp.bfloat16``,
+    or their ``np.dtype``): what code behind the front doors takes, the user's value parsed once
+    there (``load_pipeline`` / ``from_pretrained``, ``vidax generate``, ``vidax serve``).
+
+    Raises:
+        TypeError: anything else (a name such as ``"bf16"``, not parsed at a front door), naming
+            ``where``, the function that takes it.
+    """
+    if is_parsed_dtype(dtype):
+        return dtype
+    raise TypeError(
+        f"{where} takes a parsed dtype (jnp.float32 or jnp.bfloat16: vidax.nn.inputs.parse_dtype of the "
+        f"user's value, at the front door), got {dtype!r}"
+    )
+
+
 def compute_dtype(dtype: Any, what: str) -> jnp.dtype:
     """:func:`parse_dtype` for a model: the error names the model (``what``)."""
     try:

@@ -72,10 +72,10 @@ class FamilyHooks:
       ``pipe.hooks = type(pipe).family(pipe)``.
 
     The instance is bound to its pipeline (:attr:`pipe`) and reads the pipeline's components and
-    settings as its own attributes (``self.vae`` is ``self.pipe.vae``, ``self.dtype`` is
-    ``self.pipe.dtype``): a family's hooks read as methods of the pipeline they run, while the
-    pipeline class keeps only what a diffusers user calls. What a hook sets on ``self`` stays on
-    the hooks (a call's layout, a chunk's state).
+    settings through it, by name (``self.pipe.vae``, ``self.pipe.dtype``, ``self.pipe.info``): an
+    attribute the hooks lack raises AttributeError, so a hooks attribute never hides the
+    pipeline's of the same name. What a hook sets on ``self`` stays on the hooks (a call's
+    layout, a chunk's state).
     """
 
     # ================================================================== declarations
@@ -146,13 +146,6 @@ class FamilyHooks:
     def __init__(self, pipe: Any):
         #: The loaded pipeline these hooks run (:class:`~vidax.pipelines.base.VideoPipeline`).
         self.pipe = pipe
-
-    def __getattr__(self, name: str) -> Any:
-        """The pipeline's attribute ``name`` (a component, ``dtype``, ``info``, ``scheduler``...),
-        for an attribute the hooks do not have."""
-        if name == "pipe":  # not set yet (a copy being built): no pipeline to read
-            raise AttributeError(name)
-        return getattr(self.pipe, name)
 
     # ================================================================== family hooks (configs)
     @classmethod
@@ -302,7 +295,7 @@ class FamilyHooks:
     def video_fps(self, call: Call) -> Any:
         """Frames per second the call's video is meant to play at (``vidax generate``'s mp4 without
         ``--fps``): the checkpoint's, as its reference's examples export it."""
-        return self.defaults.fps
+        return self.pipe.defaults.fps
 
     def encode_call(self, call: Call) -> Any:
         """The call's text embeddings before the per-video repeat:
@@ -341,7 +334,7 @@ class FamilyHooks:
         array, or a dict keyed by :attr:`latent_streams`."""
         from vidax.pipelines.run import initial_noise
 
-        return initial_noise(self.latent_shapes(self.info, call), self.latent_streams[0], call)
+        return initial_noise(self.latent_shapes(self.pipe.info, call), self.latent_streams[0], call)
 
     def prepare_latents(self, call: Call, noise: Any, cond: dict) -> Any:
         """Channels-last latents (B, T, H, W, C) to denoise from the initial noise (diffusers
@@ -359,7 +352,7 @@ class FamilyHooks:
         diffusers' LTX2Pipeline steps its audio with a copy of the video's)."""
         if isinstance(latents, dict):
             return {k: self.set_timesteps(call, v) for k, v in latents.items()}
-        return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
+        return self.pipe.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
 
     def step_args(
         self, call: Call, embeds: jax.Array, cond: dict, state: Any, expert: int
@@ -391,9 +384,9 @@ class FamilyHooks:
         """``(latents, state)`` after one step (traced); with several streams each stream is
         stepped with its own state (see :meth:`set_timesteps`)."""
         if isinstance(latents, dict):
-            new = {k: self.scheduler.step(state[k], pred[k], v) for k, v in latents.items()}
+            new = {k: self.pipe.scheduler.step(state[k], pred[k], v) for k, v in latents.items()}
             return {k: v[0] for k, v in new.items()}, {k: v[1] for k, v in new.items()}
-        return self.scheduler.step(state, pred, latents)
+        return self.pipe.scheduler.step(state, pred, latents)
 
     def step_state(self, state: Any) -> Any:
         """The scheduler state that counts the steps (its timestep, its step index): ``state``
@@ -409,7 +402,7 @@ class FamilyHooks:
         """``(latents, state)`` after every step: by default each step run by the expert
         :meth:`expert_plan` picks, the steps of one expert as one segment
         (:meth:`Denoiser.segments <vidax.pipelines.run.Denoiser.segments>`)."""
-        return self.denoiser.segments(self.pipe, call, x, state, embeds, cond, stats)
+        return self.pipe.denoiser.segments(self.pipe, call, x, state, embeds, cond, stats)
 
     def final_latents(self, call: Call, latents: jax.Array, cond: dict) -> jax.Array:
         """Latents after the last step -> what is decoded / returned."""
@@ -451,7 +444,7 @@ class FamilyHooks:
 
     def step_key(self) -> Any:
         """What else a compiled step depends on (e.g. the scheduler's class)."""
-        return type(self.scheduler)
+        return type(self.pipe.scheduler)
 
     def audio_latents_to_decode(self, call: Call, latents: jax.Array) -> jax.Array:
         """The audio stream's latents as the audio decoder takes them (e.g. unpacked from tokens)."""

@@ -16,9 +16,11 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import jax.numpy as jnp
+
 from vidax.checkpoint import Checkpoint, CheckpointInfo, resolve_checkpoint
 from vidax.errors import InputError
-from vidax.nn.inputs import parse_dtype
+from vidax.nn.inputs import parse_dtype, parsed_dtype
 from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.common import check_task, status
 from vidax.pipelines.experts import Experts
@@ -89,7 +91,6 @@ def load_pipeline(
 
     setup_compile_cache()  # once per process; a cache the user configured is kept
 
-    dtype = dtype_option(dtype, kwargs)
     root = resolve_checkpoint(resolve_named_checkpoint(path_or_hub_id), bool(kwargs.pop("local_files_only", False)))
     checkpoint = with_variant(Checkpoint.open(root), kwargs.pop("variant", None))
     cls = pipeline_class(checkpoint)
@@ -97,7 +98,7 @@ def load_pipeline(
         if preset is not None:
             raise InputError(f"preset={preset!r}: {cls.__name__} does not generate, it takes no preset; leave it out")
         return (cls if task is None else cls.for_task(checkpoint, task)).from_pretrained(
-            checkpoint, dtype=dtype, mesh=mesh, **kwargs
+            checkpoint, dtype=dtype_option(dtype, kwargs), mesh=mesh, **kwargs
         )
     plan = read_plan(
         checkpoint,
@@ -111,12 +112,15 @@ def load_pipeline(
 
 
 def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
-    """The load's dtype: ``dtype=``, or diffusers' ``torch_dtype=`` (popped from ``options``; a
-    torch dtype or a name), or float32 when neither is given. diffusers' loading keywords that
-    ask for what vidax does anyway are popped too (:func:`drop_inert_options`).
+    """The load's dtype, parsed (:func:`~vidax.nn.inputs.parse_dtype`: ``jnp.float32`` or
+    ``jnp.bfloat16``; the one parse of the user's value, what the plan and the loading take):
+    ``dtype=``, or diffusers' ``torch_dtype=`` (popped from ``options``; a torch dtype or a name),
+    or float32 when neither is given. diffusers' loading keywords that ask for what vidax does
+    anyway are popped too (:func:`drop_inert_options`).
 
     Raises:
-        InputError: both are given; an inert keyword with a value vidax cannot honour.
+        InputError: both are given; a dtype vidax does not run (naming ``dtype=`` or
+            ``torch_dtype=`` as given); an inert keyword with a value vidax cannot honour.
     """
     drop_inert_options(options)
     if "torch_dtype" in options:
@@ -126,9 +130,8 @@ def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
                 f"dtype={dtype!r} and torch_dtype={torch_dtype!r} are the same setting "
                 "(torch_dtype= is diffusers' spelling); give one"
             )
-        parse_dtype(torch_dtype, "torch_dtype")  # refused as the keyword given
-        dtype = torch_dtype
-    return "float32" if dtype is None else dtype
+        return parse_dtype(torch_dtype, "torch_dtype")  # refused as the keyword given
+    return jnp.float32 if dtype is None else parse_dtype(dtype)
 
 
 def with_variant(checkpoint: Checkpoint, variant: Any) -> Checkpoint:
@@ -511,13 +514,13 @@ def plan_staging(
     )
     return plan_pipeline_staging(
         paths,
-        dtype,
+        parsed_dtype(dtype, "plan_staging"),
         parse_dtype(vae_dtype),
         offload,
         mesh,
         blocks_prefixes=spec.block_stacks,
         weights=ckpt.weights,
-        text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
+        text_encoder_dtype=dtype if text_encoder_dtype is None else parse_dtype(text_encoder_dtype),
         stageable=tuple(family.stageable),
     )
 
@@ -580,8 +583,10 @@ class ComponentTable:
         names, e.g. ``vae_dtype``).
 
         Raises:
-            InputError: an invalid dtype (as ``parse_dtype``); see :func:`load_weighted`.
+            InputError: an invalid dtype option (as ``parse_dtype``); see :func:`load_weighted`.
+            TypeError: ``dtype`` not parsed (:func:`~vidax.nn.inputs.parsed_dtype`).
         """
+        dtype = parsed_dtype(dtype, "ComponentTable.load")
         ckpt = info.checkpoint
         modules: dict[str, Any] = {name: make(ckpt.folder(name)) for name, make in self.files.items()}
         modules["scheduler"] = load_component(info, "scheduler")

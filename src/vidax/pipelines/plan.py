@@ -164,7 +164,7 @@ def with_call(plan: Plan, **kwargs: Any) -> Plan:
 def with_placement(
     plan: Plan,
     *,
-    dtype: Any = "float32",
+    dtype: Any = jnp.float32,
     mesh: Any = None,
     offload: Any = None,
     matmul_precision: str | None = None,
@@ -172,8 +172,11 @@ def with_placement(
     micro_batch: int | None = None,
     **options: Any,
 ) -> Plan:
-    """``plan`` with where its weights go: the loading options checked, the dtype and matmul
-    precision parsed, the backend checked, the mesh resolved (anything
+    """``plan`` with where its weights go: the loading options checked, the matmul precision
+    parsed, ``dtype`` taken as a front door parsed it (``jnp.float32`` / ``jnp.bfloat16``:
+    ``load_pipeline`` / ``from_pretrained``, the command line) or, for a caller of the plan's
+    functions themselves (``read_plan`` -> ``with_placement``, as the benchmarks), a name parsed
+    here (:func:`~vidax.nn.inputs.parse_dtype`), the backend checked, the mesh resolved (anything
     :func:`~vidax.parallel.mesh.resolve_mesh` takes) and checked against the configs' heads,
     the offloading resolved and the staging of the text encoder / VAE decided; ``micro_batch``
     (rows of the step's batch each transformer layer runs at a time, None: as the device plan
@@ -187,17 +190,17 @@ def with_placement(
             checkpoint's scheduler.
     """
     from vidax.blocks.transformer import check_micro_batch
-    from vidax.nn.inputs import parse_dtype
+    from vidax.nn.inputs import is_parsed_dtype, parse_dtype
     from vidax.nn.kernels import check_matmul_setting
     from vidax.nn.precision import parse_matmul_precision
     from vidax.parallel.distributed import check_backend
     from vidax.parallel.mesh import resolve_mesh
     from vidax.parallel.offload import resolve_offload
 
+    dtype = dtype if is_parsed_dtype(dtype) else parse_dtype(dtype)  # parsed once, on any way in
     spec = plan.spec
     spec.check_load_options(options)
     matmul_precision = parse_matmul_precision(matmul_precision)
-    dtype = parse_dtype(dtype)
     check_backend()
     check_matmul_setting()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
     mesh = resolve_mesh(mesh, heads=plan.heads)

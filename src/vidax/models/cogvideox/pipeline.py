@@ -119,7 +119,7 @@ class CogVideoXHooks(FamilyHooks):
 
     def latent_frames(self, num_frames: int) -> tuple[int, int]:
         """``(T, padding)`` of ``num_frames`` (see :meth:`CogVideoXInfo.latent_frames`)."""
-        return self.info.latent_frames(num_frames)
+        return self.pipe.info.latent_frames(num_frames)
 
     # ------------------------------------------------------------------ configs
     @classmethod
@@ -286,17 +286,17 @@ class CogVideoXHooks(FamilyHooks):
 
     # ------------------------------------------------------------------ call hooks
     def check_components(self) -> None:
-        if not isinstance(self.scheduler, _SCHEDULERS):
+        if not isinstance(self.pipe.scheduler, _SCHEDULERS):
             raise InputError(
-                f"pipe.scheduler is a {type(self.scheduler).__name__}; the CogVideoX pipelines run "
+                f"pipe.scheduler is a {type(self.pipe.scheduler).__name__}; the CogVideoX pipelines run "
                 "CogVideoXDDIMScheduler or CogVideoXDPMScheduler"
             )
 
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """T5 states (B, L, D), L = max_sequence_length, as ``_get_t5_prompt_embeds``: the prompts
         as given, padded to L, encoded without an attention mask, nothing zeroed."""
-        tokens = self.tokenizer(list(texts), max_sequence_length, truncation=truncation)
-        return encode_tokens(self.text_encoder, tokens, attend_padding=True)
+        tokens = self.pipe.tokenizer(list(texts), max_sequence_length, truncation=truncation)
+        return encode_tokens(self.pipe.text_encoder, tokens, attend_padding=True)
 
     def condition(self, call, stats) -> dict:
         """I2V: ``image_latents`` (B, T, h, w, C): a sample of the VAE posterior of each image,
@@ -307,7 +307,7 @@ class CogVideoXHooks(FamilyHooks):
             images = as_list(call.image)
             images = images * call.batch if len(images) == 1 else images
             pixels = np.stack([vae_image_preprocess(im, call.height, call.width) for im in images])[:, None]
-            mean, logvar = encode_with(self.pipe, "vae", self.vae.encode, pixels)  # (B, 1, h, w, C) each
+            mean, logvar = encode_with(self.pipe, "vae", self.pipe.vae.encode, pixels)  # (B, 1, h, w, C) each
             shape = (call.batch, mean.shape[-1], 1) + mean.shape[2:4]
             noise = call.extra.get("image_noise")  # its shape and values checked by check_noise
             if noise is None:
@@ -316,8 +316,8 @@ class CogVideoXHooks(FamilyHooks):
             else:
                 eps = np.asarray(noise, np.float32)
             z = mean + np.exp(np.float32(0.5) * logvar) * eps.transpose(0, 2, 3, 4, 1)  # the posterior's sample
-            z = np.asarray(self.vae.normalize_latents(z))
-            t, _ = self.info.latent_frames(call.num_frames)
+            z = np.asarray(self.pipe.vae.normalize_latents(z))
+            t, _ = self.pipe.info.latent_frames(call.num_frames)
             pad = np.zeros((call.batch, t - 1) + z.shape[2:], np.float32)
         stats.sample_memory()
         return {"image_latents": jnp.asarray(np.concatenate([z, pad], axis=1))}
@@ -326,15 +326,15 @@ class CogVideoXHooks(FamilyHooks):
         return jnp.transpose(noise, (0, 1, 3, 4, 2))  # (B, T, C, h, w) -> (B, T, h, w, C)
 
     def set_timesteps(self, call, latents):
-        if isinstance(self.scheduler, CogVideoXDPMScheduler):
-            return self.scheduler.set_timesteps(
+        if isinstance(self.pipe.scheduler, CogVideoXDPMScheduler):
+            return self.pipe.scheduler.set_timesteps(
                 call.num_inference_steps, sample_shape=latents.shape, seed=call.seed + 1
             )
         if call.extra.get("step_noise") is not None:
             raise InputError(
-                f"step_noise is only used by CogVideoXDPMScheduler; this pipeline runs {type(self.scheduler).__name__}"
+                f"step_noise is only used by CogVideoXDPMScheduler; this pipeline runs {type(self.pipe.scheduler).__name__}"
             )
-        return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
+        return self.pipe.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
 
     def step_args(self, call, embeds, cond, state, expert):
         """:class:`CogVideoXStepInputs`; its guidance (steps,) is read whole by every device,
@@ -349,7 +349,7 @@ class CogVideoXHooks(FamilyHooks):
         step_noise = call.extra.get("step_noise")  # its shape and values checked by check_noise
         if step_noise is not None:
             step_noise = jnp.transpose(jnp.asarray(step_noise, jnp.float32), (0, 1, 2, 4, 5, 3))
-        ofs = jnp.full((1,), 2.0, jnp.float32) if self.info.transformer_config.has_ofs else None
+        ofs = jnp.full((1,), 2.0, jnp.float32) if self.pipe.info.transformer_config.has_ofs else None
         inputs = CogVideoXStepInputs(
             embeds, jnp.asarray(guidance), ofs=ofs, image_latents=cond.get("image_latents"), step_noise=step_noise
         )
@@ -359,9 +359,9 @@ class CogVideoXHooks(FamilyHooks):
         return inputs, axes
 
     def model_args(self, latents, state, inputs, do_cfg) -> tuple:
-        x = latents.astype(self.dtype)
+        x = latents.astype(self.pipe.dtype)
         if inputs.image_latents is not None:
-            x = jnp.concatenate([x, inputs.image_latents.astype(self.dtype)], axis=-1)
+            x = jnp.concatenate([x, inputs.image_latents.astype(self.pipe.dtype)], axis=-1)
         (x,) = cfg_pair(do_cfg, x)
         return x, jnp.broadcast_to(state.timestep, (x.shape[0],)), inputs.embeds, inputs.ofs
 
@@ -371,13 +371,13 @@ class CogVideoXHooks(FamilyHooks):
     def scheduler_update(self, state, pred, latents, inputs):
         pred = pred.astype(jnp.float32)
         step_noise = inputs.step_noise
-        if isinstance(self.scheduler, CogVideoXDPMScheduler):
+        if isinstance(self.pipe.scheduler, CogVideoXDPMScheduler):
             i = jnp.minimum(state.step_index, state.num_inference_steps - 1)
-            return self.scheduler.step(state, pred, latents, None if step_noise is None else step_noise[i])
-        return self.scheduler.step(state, pred, latents)
+            return self.pipe.scheduler.step(state, pred, latents, None if step_noise is None else step_noise[i])
+        return self.pipe.scheduler.step(state, pred, latents)
 
     def step_key(self) -> Any:
-        return self.scheduler
+        return self.pipe.scheduler
 
     def latents_output(self, latents) -> np.ndarray:
         return np.asarray(jnp.transpose(latents, (0, 1, 4, 2, 3)))
@@ -390,7 +390,7 @@ class CogVideoXHooks(FamilyHooks):
         return jnp.transpose(y, (0, 1, 3, 4, 2))
 
     def latents_to_decode(self, call, latents):
-        _, pad = self.info.latent_frames(call.num_frames)
+        _, pad = self.pipe.info.latent_frames(call.num_frames)
         return latents[:, pad:]
 
 

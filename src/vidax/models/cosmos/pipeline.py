@@ -289,15 +289,15 @@ class CosmosPredictHooks(FamilyHooks):
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """``(B, L, n D)`` float32: the chat-formatted prompts through the text tower without a
         mask, every layer standardised (:func:`normalized_layers`), as ``_get_prompt_embeds``."""
-        tokens = self.tokenizer.apply_chat_template(
+        tokens = self.pipe.tokenizer.apply_chat_template(
             [prompt_conversation(t) for t in texts],
             max_sequence_length,
-            padding_side=self.tokenizer.padding_side,
+            padding_side=self.pipe.tokenizer.padding_side,
             add_generation_prompt=False,
             truncation=truncation,
             add_vision_id=False,
         )
-        states = encode_hidden_states(self.text_encoder, tokens.input_ids, None, output_layer=None)
+        states = encode_hidden_states(self.pipe.text_encoder, tokens.input_ids, None, output_layer=None)
         return normalized_layers(states)
 
     def condition_pixels(self, call) -> tuple[np.ndarray | None, int]:
@@ -315,20 +315,20 @@ class CosmosPredictHooks(FamilyHooks):
         pixels = np.stack(
             [vae_image_preprocess(f, call.height, call.width, resample="bilinear", name="video") for f in frames]
         )
-        return pixels[None], (need - 1) // self.info.vae_config.temporal_compression + 1
+        return pixels[None], (need - 1) // self.pipe.info.vae_config.temporal_compression + 1
 
     def condition(self, call, stats) -> dict:
         """Channels-last conditioning of every step: ``indicator`` ``(B, T)`` (1 on the
         conditioning latent frames), ``latents`` ``(B, T, h, w, C)`` (the normalised VAE mean
         there, zeros elsewhere) and ``frame_timestep`` (``conditional_frame_timestep``)."""
-        _, c, t, h, w = self.latent_shape(self.info, call)
+        _, c, t, h, w = self.latent_shape(self.pipe.info, call)
         b = call.batch
         cond_latents = jnp.zeros((b, t, h, w, c), jnp.float32)
         pixels, n = self.condition_pixels(call)
         if pixels is not None:
             with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
-                mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
-                z = self.vae.normalize_latents(mean)[:, :n]
+                mean, _ = encode_with(self.pipe, "vae", self.pipe.vae.encode, pixels)  # the posterior's mode ("argmax")
+                z = self.pipe.vae.normalize_latents(mean)[:, :n]
                 cond_latents = cond_latents.at[:, :n].set(jnp.broadcast_to(z, (b,) + z.shape[1:]))
             stats.sample_memory()
         indicator = jnp.zeros((b, t), jnp.float32).at[:, :n].set(1.0)
@@ -346,7 +346,7 @@ class CosmosPredictHooks(FamilyHooks):
         state = super().set_timesteps(call, latents)
         if not hasattr(state, "sigmas") or not hasattr(state, "step_index"):
             raise InputError(
-                f"{type(self.scheduler).__name__} has no flow sigmas; Cosmos-Predict2.5 feeds the "
+                f"{type(self.pipe.scheduler).__name__} has no flow sigmas; Cosmos-Predict2.5 feeds the "
                 "transformer scheduler.sigmas[i] (use the checkpoint's UniPCMultistepScheduler)"
             )
         return state
@@ -368,7 +368,7 @@ class CosmosPredictHooks(FamilyHooks):
         ind, cft = cond["indicator"], cond["frame_timestep"]
         timestep = jnp.where(cft >= 0, ind * cft + (1.0 - ind) * sigma, sigma)
         cmask = jnp.broadcast_to(mask[..., :1], latents.shape[:-1] + (1,))
-        x, timestep, cmask = cfg_pair(do_cfg, x.astype(self.dtype), timestep, cmask.astype(self.dtype))
+        x, timestep, cmask = cfg_pair(do_cfg, x.astype(self.pipe.dtype), timestep, cmask.astype(self.pipe.dtype))
         return x, timestep, context, None, cmask, None
 
     def guide(self, pred, state, inputs) -> jax.Array:
@@ -384,12 +384,12 @@ class CosmosPredictHooks(FamilyHooks):
         cond = inputs.cond
         mask = self._mask(cond)
         pred = cond["velocity"] + pred.astype(jnp.float32) * (1.0 - mask)
-        return self.scheduler.step(state, pred, latents)
+        return self.pipe.scheduler.step(state, pred, latents)
 
     def decode(self, call, latents, stats) -> np.ndarray:
         """The base decode, then :func:`match_num_frames` (frames not of the form 4k+1)."""
         video = super().decode(call, latents, stats)
-        return match_num_frames(video, call.num_frames, self.info.vae_config.temporal_compression)
+        return match_num_frames(video, call.num_frames, self.pipe.info.vae_config.temporal_compression)
 
 
 class CosmosPredictPipeline(VideoPipeline):

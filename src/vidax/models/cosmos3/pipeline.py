@@ -417,7 +417,7 @@ class Cosmos3OmniHooks(FamilyHooks):
         a prompt of more than ``max_sequence_length`` tokens is cut to them first (warned)."""
         extra = call.extra
         use_system = extra.get("use_system_prompt")
-        use_system = self.info.default_use_system_prompt if use_system is None else use_system
+        use_system = self.pipe.info.default_use_system_prompt if use_system is None else use_system
         kw = dict(
             num_frames=call.num_frames,
             height=call.height,
@@ -430,9 +430,11 @@ class Cosmos3OmniHooks(FamilyHooks):
             text_truncation(call),
             why="by vidax (Cosmos 3's reference takes any length; the metadata sentences and chat template are kept)",
         )
-        cut = self.text_tokenizer.truncate_texts(prompt_texts(call), call.max_sequence_length, truncation)
+        cut = self.pipe.text_tokenizer.truncate_texts(prompt_texts(call), call.max_sequence_length, truncation)
         texts = [templated_prompt(p, negative=i >= len(call.prompts), **kw) for i, p in enumerate(cut)]
-        ids = prompt_token_ids(self.text_tokenizer, texts, num_frames=call.num_frames, use_system_prompt=use_system)
+        ids = prompt_token_ids(
+            self.pipe.text_tokenizer, texts, num_frames=call.num_frames, use_system_prompt=use_system
+        )
         u = max(len(i) for i in ids)
         padded = np.zeros((len(ids), u), np.int32)
         for row, i in zip(padded, ids):
@@ -442,7 +444,7 @@ class Cosmos3OmniHooks(FamilyHooks):
     def condition_frames(self, call) -> tuple[np.ndarray | None, tuple[int, ...]]:
         """The pixels to encode, float32 ``(1, F_c, H, W, 3)`` in [-1, 1] (None for text-to-video),
         and the condition latent frames."""
-        k = self.info.vae_config.temporal_compression
+        k = self.pipe.info.vae_config.temporal_compression
         if call.image is not None:
             return preprocess_conditioning_image(call.image, call.height, call.width)[None, None], (0,)
         video = call.extra.get("video")
@@ -461,20 +463,20 @@ class Cosmos3OmniHooks(FamilyHooks):
     def condition(self, call, stats) -> dict:
         """``{"x0": (B, T, h, w, C)}`` the normalised conditioning latents (zeros off the condition
         frames); sets the call's :class:`Layout`."""
-        _, c, t, h, w = self.latent_shape(self.info, call)
-        p = self.info.transformer_config.latent_patch_size
+        _, c, t, h, w = self.latent_shape(self.pipe.info, call)
+        p = self.pipe.info.transformer_config.latent_patch_size
         pixels, idx = self.condition_frames(call)
         x0 = jnp.zeros((call.batch, t, h, w, c), _F32)
         if pixels is not None:
             with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
-                mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels)  # the posterior's mode ("argmax")
-                z = self.vae.normalize_latents(mean)
+                mean, _ = encode_with(self.pipe, "vae", self.pipe.vae.encode, pixels)  # the posterior's mode ("argmax")
+                z = self.pipe.vae.normalize_latents(mean)
                 for i in idx:
                     x0 = x0.at[:, i].set(jnp.broadcast_to(z[:, i], (call.batch,) + z.shape[2:]))
             stats.sample_memory()
         sound = None
         if call.extra.get("enable_sound"):
-            sound = self.latent_shapes(self.info, call)["sound_latents"][-1]
+            sound = self.latent_shapes(self.pipe.info, call)["sound_latents"][-1]
         self._layout = Layout(
             text=0,
             grid=(t, -(-h // p), -(-w // p)),
@@ -500,9 +502,9 @@ class Cosmos3OmniHooks(FamilyHooks):
 
     def set_timesteps(self, call, latents):
         """One UniPC state per stream; the native flow schedule where the checkpoint asks for it."""
-        sched = self.scheduler
+        sched = self.pipe.scheduler
         base = None
-        if self.info.use_native_flow_schedule:
+        if self.pipe.info.use_native_flow_schedule:
             base = np.linspace(1.0 - 1.0 / sched.config.num_train_timesteps, 0.0, call.num_inference_steps + 1)[:-1]
         return {
             k: sched.set_timesteps(call.num_inference_steps, sample_shape=v.shape, base_sigmas=base)
@@ -510,7 +512,7 @@ class Cosmos3OmniHooks(FamilyHooks):
         }
 
     def step_key(self) -> Any:
-        return type(self.scheduler), self._layout
+        return type(self.pipe.scheduler), self._layout
 
     def step_args(self, call, embeds, cond, state, expert):
         self._layout = dataclasses.replace(self._layout, text=int(embeds["ids"].shape[1]))
@@ -519,14 +521,14 @@ class Cosmos3OmniHooks(FamilyHooks):
     def positions(self, lengths: jax.Array) -> jax.Array:
         """``(n, 3, L)`` float32 positions of the packed sequences whose prompts have ``lengths``
         real tokens (:mod:`vidax.models.cosmos3.prompt`)."""
-        cfg, lay = self.info.transformer_config, self._layout
+        cfg, lay = self.pipe.info.transformer_config, self._layout
         fps_mod = cfg.enable_fps_modulation
         parts = [
             grid_positions(
                 *lay.grid,
                 fps=lay.fps if fps_mod else None,
                 base_fps=float(cfg.base_fps),
-                temporal_compression=self.info.vae_config.temporal_compression,
+                temporal_compression=self.pipe.info.vae_config.temporal_compression,
                 reset_spatial_ids=cfg.unified_3d_mrope_reset_spatial_ids,
             )
         ]
@@ -566,13 +568,19 @@ class Cosmos3OmniHooks(FamilyHooks):
         snd = [None] * 5
         if sound is not None:
             s_idx = np.arange(u + t * per, u + t * per + lay.sound)
-            snd = [sound.astype(self.dtype), s_idx, s_idx, jnp.full((n, lay.sound), timestep), tuple(range(lay.sound))]
+            snd = [
+                sound.astype(self.pipe.dtype),
+                s_idx,
+                s_idx,
+                jnp.full((n, lay.sound), timestep),
+                tuple(range(lay.sound)),
+            ]
         return (
             embeds["ids"],
             np.arange(u),
             self.positions(embeds["lengths"]),
             u,
-            x.astype(self.dtype),
+            x.astype(self.pipe.dtype),
             vis_idx,
             vis_mse,
             vis_ts,

@@ -449,7 +449,7 @@ class HunyuanVideoHooks(FamilyHooks):
         the negatives when true CFG runs (B' = 2 B0 then), as the reference's ``encode_prompt``;
         each text encoder on the device only while it runs."""
         texts = prompt_texts(call)
-        with self.staging.on_device("text_encoder"):
+        with self.pipe.staging.on_device("text_encoder"):
             embeds, mask = self.llama_embeds(call, texts)
             jax.block_until_ready(embeds)
         pooled = encode_with(self.pipe, "text_encoder_2", self.clip_pooled, texts, text_truncation(call))
@@ -482,13 +482,13 @@ class HunyuanVideoHooks(FamilyHooks):
 
         template = template or self.prompt_template
         crop = template["crop_start"]
-        tokens = self.tokenizer(
+        tokens = self.pipe.tokenizer(
             [template["template"].format(t) for t in texts],
             max_sequence_length + crop,
             truncation=self._template_truncation(truncation, template),
         )
         h = encode_hidden_states(
-            self.text_encoder, tokens.input_ids, tokens.attention_mask, output_layer=LLAMA_OUTPUT_LAYER
+            self.pipe.text_encoder, tokens.input_ids, tokens.attention_mask, output_layer=LLAMA_OUTPUT_LAYER
         )
         return h[:, crop:], jnp.asarray(tokens.attention_mask[:, crop:])
 
@@ -499,20 +499,20 @@ class HunyuanVideoHooks(FamilyHooks):
         limit = (
             f"the {CLIP_MAX_LENGTH} tokens of the CLIP text encoder (text_encoder_2, fixed for its pooled embedding)"
         )
-        tokens = self.tokenizer_2(
+        tokens = self.pipe.tokenizer_2(
             list(texts),
             CLIP_MAX_LENGTH,
             truncation=dataclasses.replace(truncation or Truncation(), limit=limit, offset=0),
         )
-        return encode_clip_text(self.text_encoder_2, tokens)[1]
+        return encode_clip_text(self.pipe.text_encoder_2, tokens)[1]
 
     # ------------------------------------------------------------------ steps
     def condition(self, call, stats) -> dict:
         """``guidance`` (the embedded guidance ``guidance_scale * 1000`` in the transformer dtype,
         when the model embeds one)."""
         cond: dict[str, Any] = {}
-        if self.info.transformer_config.guidance_embeds:
-            cond["guidance"] = jnp.asarray(call.guidance_scale, self.dtype) * 1000.0
+        if self.pipe.info.transformer_config.guidance_embeds:
+            cond["guidance"] = jnp.asarray(call.guidance_scale, self.pipe.dtype) * 1000.0
         return cond
 
     @staticmethod
@@ -525,7 +525,7 @@ class HunyuanVideoHooks(FamilyHooks):
         return scheduler.set_timesteps(sigmas=sigmas, sample_shape=sample_shape)
 
     def set_timesteps(self, call, latents):
-        return self.schedule(self.scheduler, call, latents.shape)
+        return self.schedule(self.pipe.scheduler, call, latents.shape)
 
     def step_args(self, call, embeds, cond, state, expert):
         """The base's inputs with ``true_cfg_scale`` as the guidance (the true-CFG weight)."""
@@ -540,7 +540,7 @@ class HunyuanVideoHooks(FamilyHooks):
         pooled_projections, guidance)`` of the transformer; cond / uncond batched under CFG."""
         (text, mask, pooled), cond = inputs.embeds, inputs.cond
         b = latents.shape[0]
-        x = self.model_input(latents, cond).astype(self.dtype)
+        x = self.model_input(latents, cond).astype(self.pipe.dtype)
         timestep = jnp.broadcast_to(state.timestep.astype(latents.dtype), (b,))
         guidance = cond.get("guidance")
         guidance = None if guidance is None else jnp.broadcast_to(guidance, (b,))
@@ -638,7 +638,7 @@ class HunyuanVideoImageToVideoHooks(HunyuanVideoHooks):
         interleave 2; the shorter of the two is padded at the end with masked rows so that
         both stack into one batch (the transformer reads only the first ``sum(mask)`` tokens)."""
         n = call.extra.get("image_embed_interleave")
-        n = _interleave_default(self.info.image_condition_type) if n is None else int(n)
+        n = _interleave_default(self.pipe.info.image_condition_type) if n is None else int(n)
         b0 = len(call.prompts)
         names = text_truncation(call)
         tpl = call.extra["prompt_template"]
@@ -680,28 +680,28 @@ class HunyuanVideoImageToVideoHooks(HunyuanVideoHooks):
     ) -> tuple[jax.Array, jax.Array]:
         from vidax.encoders.llava import encode_llava_text
 
-        te = self.text_encoder
+        te = self.pipe.text_encoder
         crop, e_len = tpl["crop_start"], tpl["image_emb_len"]
         start, end = tpl["image_emb_start"], tpl["image_emb_end"]
         pad = te.config.pad_token_id
         if pad is None:
             raise CheckpointError(
-                f"{self.checkpoint.config_file('text_encoder')} has no pad_token_id; the I2V "
+                f"{self.pipe.checkpoint.config_file('text_encoder')} has no pad_token_id; the I2V "
                 "reference masks the image-expanded sequence with it"
             )
-        end_header = self.tokenizer.token_to_id("<|end_header_id|>")
+        end_header = self.pipe.tokenizer.token_to_id("<|end_header_id|>")
         if end_header is None:
             raise CheckpointError(
-                f"{self.tokenizer.path}: '<|end_header_id|>' is not in the vocabulary; the I2V "
+                f"{self.pipe.tokenizer.path}: '<|end_header_id|>' is not in the vocabulary; the I2V "
                 "reference cuts the prompt at it"
             )
-        tokens = self.tokenizer(
+        tokens = self.pipe.tokenizer(
             [tpl["template"].format(t) for t in texts],
             max_sequence_length + crop,
             truncation=self._template_truncation(truncation, tpl),
         )
         ids, mask = expand_image_tokens(tokens.input_ids, te.config.vision.image_token_index, e_len, start, end, pad)
-        pixels = clip_preprocess(to_rgb_image(image), self.image_processor_config)
+        pixels = clip_preprocess(to_rgb_image(image), self.pipe.image_processor_config)
         pixels = np.repeat(np.asarray(pixels, np.float32)[None], len(texts), axis=0)
         h = encode_llava_text(te, ids, mask, pixels, output_layer=LLAMA_OUTPUT_LAYER)
         hid, msk = i2v_crop_indices(tokens.input_ids, end_header, crop, e_len)
@@ -721,8 +721,8 @@ class HunyuanVideoImageToVideoHooks(HunyuanVideoHooks):
         cond = super().condition(call, stats)
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             pixels = vae_image_preprocess(to_rgb_image(call.image), call.height, call.width)  # (H, W, 3) in [-1, 1]
-            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels[None, None])
-            cond["image"] = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+            mean, _ = encode_with(self.pipe, "vae", self.pipe.vae.encode, pixels[None, None])
+            cond["image"] = jnp.repeat(self.pipe.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return cond
 
@@ -734,27 +734,27 @@ class HunyuanVideoImageToVideoHooks(HunyuanVideoHooks):
 
     def model_input(self, latents, cond) -> jax.Array:
         img = cond["image"].astype(latents.dtype)
-        if self.info.image_condition_type == "token_replace":
+        if self.pipe.info.image_condition_type == "token_replace":
             return jnp.concatenate([img, latents[:, 1:]], axis=1)
         return first_frame_concat(latents, img)
 
     def scheduler_update(self, state, pred, latents, inputs):
         """The Euler step; ``token_replace`` then puts the image latent back on frame 0 (the
         reference steps frames 1: only, elementwise the same)."""
-        latents, state = self.scheduler.step(state, pred, latents)
-        if self.info.image_condition_type == "token_replace":
+        latents, state = self.pipe.scheduler.step(state, pred, latents)
+        if self.pipe.info.image_condition_type == "token_replace":
             latents = jnp.concatenate([inputs.cond["image"].astype(latents.dtype), latents[:, 1:]], axis=1)
         return latents, state
 
     def latents_output(self, latents) -> np.ndarray:
         out = super().latents_output(latents)
-        return out[:, :, 1:] if self.info.image_condition_type == "latent_concat" else out
+        return out[:, :, 1:] if self.pipe.info.image_condition_type == "latent_concat" else out
 
     def decode(self, call, latents, stats) -> np.ndarray:
         """The base's decode; ``latent_concat`` drops the first 4 decoded frames (the reference's
         ``video[:, :, 4:]``)."""
         video = super().decode(call, latents, stats)
-        return video[:, LATENT_CONCAT_DROPPED:] if self.info.image_condition_type == "latent_concat" else video
+        return video[:, LATENT_CONCAT_DROPPED:] if self.pipe.info.image_condition_type == "latent_concat" else video
 
 
 class HunyuanVideoImageToVideoPipeline(VideoPipeline):

@@ -180,7 +180,7 @@ class HunyuanVideo15Hooks(FamilyHooks):
         prompts, then the negatives when CFG runs; each encoder on the device only while it runs."""
         texts = prompt_texts(call)
         text, mask = encode_with(
-            self, "text_encoder", self.text_states, texts, call.max_sequence_length, text_truncation(call)
+            self.pipe, "text_encoder", self.text_states, texts, call.max_sequence_length, text_truncation(call)
         )
         glyph, glyph_mask = encode_with(self.pipe, "text_encoder_2", self.glyph_states, texts)
         return text, jnp.asarray(mask), glyph, jnp.asarray(glyph_mask)
@@ -194,8 +194,8 @@ class HunyuanVideo15Hooks(FamilyHooks):
     def text_states(self, texts: list[str], max_sequence_length: int, truncation: Truncation | None = None):
         """``_get_mllm_prompt_embeds`` (:func:`~vidax.models.hunyuan_video15.text.encode_text_prompts`)."""
         return encode_text_prompts(
-            self.text_encoder,
-            self.tokenizer,
+            self.pipe.text_encoder,
+            self.pipe.tokenizer,
             texts,
             max_length=max_sequence_length,
             crop_start=self.crop_start,
@@ -204,11 +204,13 @@ class HunyuanVideo15Hooks(FamilyHooks):
 
     def glyph_states(self, texts: list[str]):
         """``_get_byt5_prompt_embeds`` (:func:`~vidax.models.hunyuan_video15.text.encode_glyph_prompts`)."""
-        return encode_glyph_prompts(self.text_encoder_2, self.tokenizer_2, texts, max_length=self.glyph_max_length)
+        return encode_glyph_prompts(
+            self.pipe.text_encoder_2, self.pipe.tokenizer_2, texts, max_length=self.glyph_max_length
+        )
 
     # ------------------------------------------------------------------ steps
     def set_timesteps(self, call, latents):
-        return HunyuanVideoHooks.schedule(self.scheduler, call, latents.shape)
+        return HunyuanVideoHooks.schedule(self.pipe.scheduler, call, latents.shape)
 
     def model_input(self, latents: jax.Array, cond: dict) -> jax.Array:
         """``[latents, condition latents (zeros), mask (zeros)]`` on channels (T2V)."""
@@ -221,15 +223,17 @@ class HunyuanVideo15Hooks(FamilyHooks):
         cond / uncond batched under CFG."""
         text, mask, glyph, glyph_mask = inputs.embeds
         b = latents.shape[0]
-        x = self.model_input(latents, inputs.cond).astype(self.dtype)
+        x = self.model_input(latents, inputs.cond).astype(self.pipe.dtype)
         timestep = jnp.broadcast_to(state.timestep.astype(latents.dtype), (b,))
         x, timestep = cfg_pair(do_cfg, x, timestep)
-        image = jnp.zeros((x.shape[0], IMAGE_TOKENS, self.info.transformer_config.image_embed_dim), self.dtype)
+        image = jnp.zeros(
+            (x.shape[0], IMAGE_TOKENS, self.pipe.info.transformer_config.image_embed_dim), self.pipe.dtype
+        )
         return x, timestep, text, mask, glyph, glyph_mask, image
 
     def guide(self, pred, state, inputs):
         """``ClassifierFreeGuidance.forward`` of the checkpoint's guider on the (2B, ...) batch."""
-        g = self.info.guider_config
+        g = self.pipe.info.guider_config
         weight = self.guidance(self.step_state(state), inputs)
         cond, uncond = jnp.split(pred, 2, axis=0)
         if g.use_original_formulation:
@@ -328,12 +332,14 @@ class HunyuanVideo15ImageToVideoHooks(HunyuanVideo15Hooks):
         cond = super().condition(call, stats)
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             image = resize_and_crop(call.image, call.height, call.width)
-            pixels = siglip_preprocess(image, self.feature_extractor_config, do_resize=True, do_convert_rgb=True)
-            tokens = encode_with(self.pipe, "image_encoder", self.image_encoder, jnp.asarray(pixels, jnp.float32)[None])
-            cond["image_embeds"] = jnp.repeat(tokens, call.batch, axis=0).astype(self.dtype)
+            pixels = siglip_preprocess(image, self.pipe.feature_extractor_config, do_resize=True, do_convert_rgb=True)
+            tokens = encode_with(
+                self.pipe, "image_encoder", self.pipe.image_encoder, jnp.asarray(pixels, jnp.float32)[None]
+            )
+            cond["image_embeds"] = jnp.repeat(tokens, call.batch, axis=0).astype(self.pipe.dtype)
             video = vae_image_preprocess(image, call.height, call.width)[None, None]  # already that size: no resize
-            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, video)
-            cond["image"] = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+            mean, _ = encode_with(self.pipe, "vae", self.pipe.vae.encode, video)
+            cond["image"] = jnp.repeat(self.pipe.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return cond
 
@@ -348,7 +354,7 @@ class HunyuanVideo15ImageToVideoHooks(HunyuanVideo15Hooks):
         x, timestep, text, mask, glyph, glyph_mask, _ = super().model_args(latents, state, inputs, do_cfg)
         tokens = inputs.cond["image_embeds"]
         image = jnp.tile(tokens, (x.shape[0] // tokens.shape[0], 1, 1))
-        if not self.info.transformer_config.use_meanflow:
+        if not self.pipe.info.transformer_config.use_meanflow:
             return x, timestep, text, mask, glyph, glyph_mask, image
         s = self.step_state(state)
         following = jnp.append(s.timesteps.astype(jnp.float32), jnp.float32(0.0))[s.step_index + 1]

@@ -376,7 +376,7 @@ class LTXHooks(FamilyHooks):
 
     def video_fps(self, call):
         """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's)."""
-        return frame_rate_fps(call, self.defaults.fps)
+        return frame_rate_fps(call, self.pipe.defaults.fps)
 
     @classmethod
     def check_schedule(cls, info: LTXInfo, scheduler: Any, call) -> None:
@@ -403,8 +403,8 @@ class LTXHooks(FamilyHooks):
     def encode_text(self, texts, max_sequence_length, truncation=None):
         """``(embeds (B, L, D), mask (B, L) bool)`` as ``_get_t5_prompt_embeds``: L =
         max_sequence_length padded tokens; the embeddings of padded positions are kept."""
-        tokens = self.tokenizer(texts, max_sequence_length, truncation=truncation)
-        embeds = encode_tokens(self.text_encoder, tokens, attend_padding=not self.text_attention_mask)
+        tokens = self.pipe.tokenizer(texts, max_sequence_length, truncation=truncation)
+        embeds = encode_tokens(self.pipe.text_encoder, tokens, attend_padding=not self.text_attention_mask)
         return embeds, jnp.asarray(tokens.attention_mask, bool)
 
     def condition(self, call, stats) -> dict:
@@ -417,7 +417,7 @@ class LTXHooks(FamilyHooks):
 
     def prepare_latents(self, call, noise, cond) -> jax.Array:
         """Packed (B, N, C) -> channels-last (B, F', H', W', C); I2V: frame 0 is the image latent."""
-        return unpacked_latents(self.info, call, noise, cond)
+        return unpacked_latents(self.pipe.info, call, noise, cond)
 
     @classmethod
     def schedule_sigmas(cls, call) -> np.ndarray:
@@ -432,11 +432,11 @@ class LTXHooks(FamilyHooks):
         return shifted_schedule(scheduler, cls.schedule_sigmas(call), f * h * w)
 
     def set_timesteps(self, call, latents):
-        self.check_schedule(self.info, self.scheduler, call)  # a replaced scheduler: its own limit, named
-        return self.schedule(self.info, self.scheduler, call)
+        self.check_schedule(self.pipe.info, self.pipe.scheduler, call)  # a replaced scheduler: its own limit, named
+        return self.schedule(self.pipe.info, self.pipe.scheduler, call)
 
     def step_args(self, call, embeds, cond, state, expert):
-        v = self.info.vae_config
+        v = self.pipe.info.vae_config
         rate = float(call.extra.get("frame_rate", 25))
         rope_scale = jnp.asarray(
             [v.temporal_compression / rate, v.spatial_compression, v.spatial_compression], jnp.float32
@@ -456,7 +456,7 @@ class LTXHooks(FamilyHooks):
         context, mask = inputs.embeds
         frame_mask = inputs.frame_mask
         b, f, h, w, c = latents.shape
-        x = latents.reshape(b, f * h * w, c).astype(self.dtype)
+        x = latents.reshape(b, f * h * w, c).astype(self.pipe.dtype)
         t = state.timestep.astype(jnp.float32)
         if frame_mask is None:
             timestep = jnp.broadcast_to(t, (b,))
@@ -474,7 +474,7 @@ class LTXHooks(FamilyHooks):
 
     def scheduler_update(self, state, pred, latents, inputs):
         pred = pred.reshape(latents.shape)
-        new, state = self.scheduler.step(state, pred, latents)
+        new, state = self.pipe.scheduler.step(state, pred, latents)
         if inputs.frame_mask is not None:  # I2V: the Euler step leaves latent frame 0 (the image) as it is
             new = jnp.concatenate([latents[:, :1].astype(new.dtype), new[:, 1:]], axis=1)
         return new, state
@@ -493,10 +493,10 @@ class LTXHooks(FamilyHooks):
 
     def decode_input(self, call, z):
         """:func:`decode_noise`."""
-        return decode_noise(self.info, call, z)
+        return decode_noise(self.pipe.info, call, z)
 
     def decode_kwargs(self, call) -> dict:
-        return decode_timestep_kwargs(self.info, call)
+        return decode_timestep_kwargs(self.pipe.info, call)
 
 
 class LTXPipeline(VideoPipeline):
@@ -653,7 +653,7 @@ class LTXConditionHooks(LTXHooks):
         cls.condition_schedule(scheduler, call)
 
     def _schedule(self, call):
-        return self.condition_schedule(self.scheduler, call)
+        return self.condition_schedule(self.pipe.scheduler, call)
 
     @staticmethod
     def condition_schedule(scheduler, call):
@@ -684,9 +684,9 @@ class LTXConditionHooks(LTXHooks):
         lerp into the video latents in order, ``extras`` (latent (1, n, H', W', C), strength) for
         the extra tokens, ``mask`` (B, N_total) float32 or None, ``coords`` (B, 3, N_total) float32
         (time in seconds), ``n_extra`` tokens."""
-        v = self.info.vae_config
+        v = self.pipe.info.vae_config
         k, s = v.temporal_compression, v.spatial_compression
-        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
+        f, h, w = self.pipe.info.latent_grid(call.num_frames, call.height, call.width)
         items = condition_items(call, k, warn=False)  # check_call has warned
         frame_mask = np.zeros((f,), np.float32)
         frames, extras, extra_mask, extra_coords = [], [], [], []
@@ -795,7 +795,7 @@ class LTXConditionHooks(LTXHooks):
         context, text_mask = inputs.embeds
         x = self._step_latents(latents, state, inputs)
         timestep = self._token_timesteps(x, state, inputs.token_mask)
-        x, timestep, coords = cfg_pair(do_cfg, x.astype(self.dtype), timestep, inputs.coords)
+        x, timestep, coords = cfg_pair(do_cfg, x.astype(self.pipe.dtype), timestep, inputs.coords)
         return x, context, timestep, text_mask, None, None, None, None, coords
 
     def scheduler_update(self, state, pred, latents, inputs):
@@ -804,7 +804,7 @@ class LTXConditionHooks(LTXHooks):
         mask = inputs.token_mask
         x = self._step_latents(latents, state, inputs).astype(jnp.float32)
         ptt = self._token_timesteps(x, state, mask)
-        new, state_next = self.scheduler.step(state, -pred.reshape(x.shape), x, per_token_timesteps=ptt)
+        new, state_next = self.pipe.scheduler.step(state, -pred.reshape(x.shape), x, per_token_timesteps=ptt)
         if mask is not None:
             t = state.timestep.astype(jnp.float32) / jnp.float32(1000.0)
             new = jnp.where((t - jnp.float32(1e-6) < (1.0 - mask))[..., None], new, x)
@@ -812,7 +812,7 @@ class LTXConditionHooks(LTXHooks):
 
     def final_latents(self, call, latents, cond) -> jax.Array:
         """Drop the extra tokens; (B, F', H', W', C)."""
-        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
+        f, h, w = self.pipe.info.latent_grid(call.num_frames, call.height, call.width)
         x = latents[:, cond["n_extra"] :]
         return x.reshape(x.shape[0], f, h, w, x.shape[-1])
 

@@ -133,10 +133,10 @@ class LTXUpsampleHooks(FamilyHooks):
         return Staging()  # two small modules, both on the device
 
     def decode_input(self, call, z):
-        return decode_noise(self.info, call, z)
+        return decode_noise(self.pipe.info, call, z)
 
     def decode_kwargs(self, call) -> dict:
-        return decode_timestep_kwargs(self.info, call)
+        return decode_timestep_kwargs(self.pipe.info, call)
 
 
 class LTXUpsampling:

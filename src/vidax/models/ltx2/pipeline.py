@@ -607,12 +607,12 @@ class LTX2Hooks(FamilyHooks):
 
     def video_fps(self, call):
         """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's)."""
-        return frame_rate_fps(call, self.defaults.fps)
+        return frame_rate_fps(call, self.pipe.defaults.fps)
 
     def prepare_call(self, call):
         """As the reference with ``num_frames=None`` on a checkpoint with a duration head: the
         frame count it predicts for the (first) prompt (:meth:`predict_num_frames`), then the run."""
-        if _predicts_duration(self.info, call):
+        if _predicts_duration(self.pipe.info, call):
             call = dataclasses.replace(call, num_frames=self.predict_num_frames(call))
         return call
 
@@ -624,12 +624,12 @@ class LTX2Hooks(FamilyHooks):
         from vidax.models.ltx2.duration_head import duration_num_frames
 
         video, audio, _ = encode_prompts(self.pipe, call.prompts[:1], call.max_sequence_length)
-        seconds = float(np.asarray(self.duration_head(video, audio))[0])
+        seconds = float(np.asarray(self.pipe.duration_head(video, audio))[0])
         x = call.extra
         frames = duration_num_frames(
             seconds,
-            frame_rate=_frame_rate(self.info, call),
-            temporal_compression_ratio=self.info.vae_config.temporal_compression,
+            frame_rate=_frame_rate(self.pipe.info, call),
+            temporal_compression_ratio=self.pipe.info.vae_config.temporal_compression,
             min_seconds=float(x.get("min_seconds", MIN_SECONDS)),
             max_seconds=float(x.get("max_seconds", MAX_SECONDS)),
         )
@@ -657,23 +657,30 @@ class LTX2Hooks(FamilyHooks):
     def gemma_states(self, texts, max_sequence_length, truncation=None) -> tuple[jax.Array, jax.Array]:
         """``(states (B, L, D (n + 1)), mask (B, L) int32)``: Gemma 3's stacked hidden states of
         the left-padded prompts (diffusers' ``_get_gemma_prompt_embeds``)."""
-        tokens = gemma_prompt_tokens(self.tokenizer, texts, max_sequence_length, truncation=truncation)
+        tokens = gemma_prompt_tokens(self.pipe.tokenizer, texts, max_sequence_length, truncation=truncation)
         mask = jnp.asarray(tokens.attention_mask, jnp.int32)
-        return gemma_prompt_embeds(self.text_encoder, jnp.asarray(tokens.input_ids), mask), mask
+        return gemma_prompt_embeds(self.pipe.text_encoder, jnp.asarray(tokens.input_ids), mask), mask
 
     def encode_prompt_parts(self, call) -> tuple:
         """``prompt_embeds`` / ``prompt_attention_mask`` as diffusers' ``encode_prompt`` makes
         them: :meth:`gemma_states`, before the connectors."""
         return encode_with(
-            self, "text_encoder", self.gemma_states, prompt_texts(call), call.max_sequence_length, text_truncation(call)
+            self.pipe,
+            "text_encoder",
+            self.gemma_states,
+            prompt_texts(call),
+            call.max_sequence_length,
+            text_truncation(call),
         )
 
     def context_of_parts(self, parts: tuple) -> tuple:
         """The text connectors on ``(states, mask)`` (left padding, the tokenizer's side, as the
         reference), the states in the pipeline's dtype (the text encoder's)."""
         states, mask = parts
-        with self.precision():
-            return self.connectors(jnp.asarray(states, self.dtype), jnp.asarray(mask, jnp.int32), padding_side="left")
+        with self.pipe.precision():
+            return self.pipe.connectors(
+                jnp.asarray(states, self.pipe.dtype), jnp.asarray(mask, jnp.int32), padding_side="left"
+            )
 
     def condition(self, call, stats) -> dict:
         """``image=`` on the text-to-video class: LTX-Video's first-frame condition
@@ -684,8 +691,8 @@ class LTX2Hooks(FamilyHooks):
         """Frames ``(F, H, W, 3)`` float32 in [-1, 1] -> their normalised latent ``(1, F', H',
         W', C)``: the VAE posterior's mode (``retrieve_latents(..., "argmax")``), ``(z - mean) /
         std`` (no scaling factor, as the reference's ``_normalize_latents`` default)."""
-        mean, _ = encode_with(self.pipe, "vae", self.vae.encode, jnp.asarray(pixels)[None])
-        return normalize_latents(mean.astype(_F32), self.vae.latents_mean[...], self.vae.latents_std[...])
+        mean, _ = encode_with(self.pipe, "vae", self.pipe.vae.encode, jnp.asarray(pixels)[None])
+        return normalize_latents(mean.astype(_F32), self.pipe.vae.latents_mean[...], self.pipe.vae.latents_std[...])
 
     def prepare_latents(self, call, noise, cond):
         """Video tokens -> channels-last ``(B, F', H', W', C)``, normalised when given 5-D;
@@ -693,9 +700,9 @@ class LTX2Hooks(FamilyHooks):
         ``noise_scale`` noise mixed into the given streams."""
         video, audio = noise["latents"], pack_latents(noise["audio_latents"])
         if call.extra.get(UNNORMALIZED):
-            video = self.vae.normalize_latents(video)
+            video = self.pipe.vae.normalize_latents(video)
         if call.stream_latents.get("audio_latents") is not None:
-            audio = self.audio_vae.normalize_latents(audio)
+            audio = self.pipe.audio_vae.normalize_latents(audio)
         s = float(call.extra.get("noise_scale", 0.0))
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 3)
         for i, given in enumerate((call.latents is not None, call.stream_latents.get("audio_latents") is not None)):
@@ -703,11 +710,11 @@ class LTX2Hooks(FamilyHooks):
                 x = (video, audio)[i]
                 x = s * jax.random.normal(jax.random.fold_in(key, i), x.shape, _F32) + (1 - s) * x
                 video, audio = (x, audio) if i == 0 else (video, x)
-        return {"latents": unpacked_latents(self.info, call, video, cond), "audio_latents": audio}
+        return {"latents": unpacked_latents(self.pipe.info, call, video, cond), "audio_latents": audio}
 
     def set_timesteps(self, call, latents):
-        self.check_schedule(self.info, self.scheduler, call)  # a replaced scheduler: its own limit, named
-        state = self.schedule(self.info, self.scheduler, call)
+        self.check_schedule(self.pipe.info, self.pipe.scheduler, call)  # a replaced scheduler: its own limit, named
+        state = self.schedule(self.pipe.info, self.pipe.scheduler, call)
         return {"latents": state, "audio_latents": state}
 
     def step_args(self, call, embeds, cond, state, expert):
@@ -715,7 +722,7 @@ class LTX2Hooks(FamilyHooks):
         (:class:`~vidax.models.ltx2.guidance.LTX2Guidance`'s rows), the RoPE tables of that batch;
         with ``cond["mask"]`` the mask ``(B, N)`` and clean latents ``(B, N, C)``."""
         x = call.extra
-        model = self.transformer
+        model = self.pipe.transformer
         g = guidance.call_guidance(x, call.guidance_scale, call.do_cfg, model.config.perturbed_attn)
         coords = self.rope_coordinates(call, cond, call.batch * g.rows)
         context, audio_context, mask = (g.extend(e, call.batch) for e in embeds)
@@ -729,15 +736,15 @@ class LTX2Hooks(FamilyHooks):
     def rope_coordinates(self, call, cond, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """The video ``(batch, 3, N, 2)`` and audio ``(batch, 1, M, 2)`` coordinates (numpy float32)
         at ``frame_rate / motion_speed`` fps (a conditioned pipeline appends its extra tokens')."""
-        rate = _frame_rate(self.info, call)
-        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
-        return self.transformer.rope_coords(
+        rate = _frame_rate(self.pipe.info, call)
+        f, h, w = self.pipe.info.latent_grid(call.num_frames, call.height, call.width)
+        return self.pipe.transformer.rope_coords(
             batch,
             f,
             h,
             w,
             rate / float(call.extra.get("motion_speed", 1.0)),
-            self.info.audio_length(call.num_frames, rate),
+            self.pipe.info.audio_length(call.num_frames, rate),
         )
 
     def model_args(self, latents, state, inputs, do_cfg) -> tuple:
@@ -748,8 +755,8 @@ class LTX2Hooks(FamilyHooks):
         g, mask = inputs.guidance, inputs.text_mask
         video, audio = latents["latents"], latents["audio_latents"]
         b, c = video.shape[0], video.shape[-1]
-        x = video.reshape(b, -1, c).astype(self.dtype)
-        a = audio.astype(self.dtype)
+        x = video.reshape(b, -1, c).astype(self.pipe.dtype)
+        a = audio.astype(self.pipe.dtype)
         t = jnp.broadcast_to(self.step_state(state).timestep.astype(_F32), (b,))
         tv = self.video_timestep(t, inputs)
         # the rows: prompts, negatives (CFG), then the STG and isolated passes (guidance.py)
@@ -818,15 +825,15 @@ class LTX2Hooks(FamilyHooks):
                 st.sigmas[st.step_index],
                 lambda x0, name=name: self.condition_x0(name, x0, inputs),
             ).reshape(x.shape)
-            new[name], states[name] = self.scheduler.step(st, velocity, x)
+            new[name], states[name] = self.pipe.scheduler.step(st, velocity, x)
         return new, states
 
     def latents_to_decode(self, call, latents):
         """LTX-2 mixes the decode noise into the normalised latents (before the de-normalisation)."""
-        return decode_noise(self.info, call, latents)
+        return decode_noise(self.pipe.info, call, latents)
 
     def decode_kwargs(self, call) -> dict:
-        return decode_timestep_kwargs(self.info, call)
+        return decode_timestep_kwargs(self.pipe.info, call)
 
     # Packed (B, N, C) in the denoising loop, as LTX-Video's (the reference's loops hold them so).
     loop_latents_to_diffusers = LTXHooks.loop_latents_to_diffusers
@@ -834,11 +841,13 @@ class LTX2Hooks(FamilyHooks):
 
     def latents_output(self, latents) -> np.ndarray:
         """De-normalised ``(B, C, F', H', W')``, as the reference's ``output_type="latent"``."""
-        return FamilyHooks.latents_output(self, self.vae.denormalize_latents(latents))
+        return FamilyHooks.latents_output(self, self.pipe.vae.denormalize_latents(latents))
 
     def audio_latents_output(self, latents) -> np.ndarray:
         """De-normalised ``(B, C_a, L, M)``, as the reference's ``output_type="latent"``."""
-        return np.asarray(unpack_latents(self.audio_vae.denormalize_latents(latents), self.info.audio_mel_bins))
+        return np.asarray(
+            unpack_latents(self.pipe.audio_vae.denormalize_latents(latents), self.pipe.info.audio_mel_bins)
+        )
 
 
 class LTX2Pipeline(VideoPipeline):

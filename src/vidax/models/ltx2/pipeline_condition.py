@@ -263,14 +263,14 @@ class LTX2ConditionHooks(LTX2Hooks):
         """Encode the conditions: ``mask`` (B, N + K), ``clean`` (B, N + K, C), ``first`` the
         index-0 latents ``[(tokens, latent (1, n, C))]``, ``extras`` the appended tokens (1, K, C)
         or None, ``coords`` their coordinates (3, K, 2) or None."""
-        v = self.info.vae_config
+        v = self.pipe.info.vae_config
         k, s = v.temporal_compression, v.spatial_compression
-        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
-        c = self.info.transformer_config.in_channels
+        f, h, w = self.pipe.info.latent_grid(call.num_frames, call.height, call.width)
+        c = self.pipe.info.transformer_config.in_channels
         n = f * h * w
         b = call.batch
-        items = condition_items(self.info, call, warn=False)
-        fps = _frame_rate(self.info, call) / float(call.extra.get("motion_speed", 1.0))
+        items = condition_items(self.pipe.info, call, warn=False)
+        fps = _frame_rate(self.pipe.info, call) / float(call.extra.get("motion_speed", 1.0))
         mask = np.zeros((n,), np.float32)
         clean = jnp.zeros((1, n, c), _F32)
         first, extras, extra_mask, coords = [], [], [], []
@@ -311,7 +311,7 @@ class LTX2ConditionHooks(LTX2Hooks):
         video = jnp.transpose(noise["latents"], (0, 2, 3, 4, 1)).reshape(b, -1, c)
         eps = video
         if call.latents is not None:
-            video = self.vae.normalize_latents(video)
+            video = self.pipe.vae.normalize_latents(video)
             eps = jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(call.seed), 3), video.shape, _F32)
         else:
             video = jnp.zeros_like(video)
@@ -343,7 +343,7 @@ class LTX2ConditionHooks(LTX2Hooks):
 
     def final_latents(self, call, latents, cond):
         """Drop the appended tokens; video ``(B, F', H', W', C)``."""
-        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
+        f, h, w = self.pipe.info.latent_grid(call.num_frames, call.height, call.width)
         x = latents["latents"][:, : f * h * w]
         return {**latents, "latents": x.reshape(x.shape[0], f, h, w, x.shape[-1])}
 

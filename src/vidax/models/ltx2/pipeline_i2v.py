@@ -69,15 +69,15 @@ class LTX2ImageToVideoHooks(LTX2Hooks):
     def condition(self, call, stats) -> dict:
         """``frame_mask`` (F',) 1 on frame 0, ``mask`` (1, N) and ``clean`` (B or 1, N, C): the
         image's latent (or the given latents' frame 0) on frame 0's tokens, 0 elsewhere."""
-        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
-        c = self.info.transformer_config.in_channels
+        f, h, w = self.pipe.info.latent_grid(call.num_frames, call.height, call.width)
+        c = self.pipe.info.transformer_config.in_channels
         mask = np.zeros((1, f * h * w), np.float32)
         mask[:, : h * w] = 1.0
         if call.latents is not None:
-            first = self.vae.normalize_latents(jnp.transpose(jnp.asarray(call.latents[:, :, :1]), (0, 2, 3, 4, 1)))
+            first = self.pipe.vae.normalize_latents(jnp.transpose(jnp.asarray(call.latents[:, :, :1]), (0, 2, 3, 4, 1)))
         else:
             crf = call.extra.get("image_crf")
-            crf = default_image_crf(self.info) if crf is None else int(crf)
+            crf = default_image_crf(self.pipe.info) if crf is None else int(crf)
             with stats.timed("text_encode_s"):
                 rgb = h264_recompress(np.asarray(to_rgb_image(call.image)), crf)
                 pixels = vae_image_preprocess(rgb, call.height, call.width, resample="bilinear")
@@ -104,7 +104,7 @@ class LTX2ImageToVideoHooks(LTX2Hooks):
         video = jnp.transpose(noise["latents"], (0, 2, 3, 4, 1))
         given = call.latents is not None
         if given:
-            video = self.vae.normalize_latents(video)
+            video = self.pipe.vae.normalize_latents(video)
         out = super().prepare_latents(
             dataclasses.replace(call, latents=None), {**noise, "latents": video.reshape(b, f * h * w, c)}, {}
         )

@@ -87,7 +87,7 @@ class LTX2UpsampleHooks(LTXUpsampleHooks):
     def latents_to_decode(self, call, latents):
         """The shared decode de-normalises; the reference decodes the upsampled latents as they
         are, so they are normalised here and come back to float32 rounding (~1e-7 relative)."""
-        return self.vae.normalize_latents(latents)
+        return self.pipe.vae.normalize_latents(latents)
 
 
 class LTX2LatentUpsamplePipeline(LTXUpsampling, VideoPipeline):

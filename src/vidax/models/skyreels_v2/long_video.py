@@ -187,8 +187,8 @@ class LongVideo:
             return finished, None
         self._streamed = []
         keep = call.extra.get("keep_chunks", True)
-        decoder = ChunkDecoder(self.vae)
-        t = self.info.vae_config.temporal_compression
+        decoder = ChunkDecoder(self.pipe.vae)
+        t = self.pipe.info.vae_config.temporal_compression
         latent_total = sum(c.num_latent_frames - c.overlap for c in chunks)
         prefix = self.stream_prefix(call)
         total = prefix.shape[1] + 1 + t * (latent_total - 1)  # the last image's latent frame is not in the chunks
@@ -196,9 +196,11 @@ class LongVideo:
 
         def chunk_done(index: int, new: jax.Array, end: int, stats) -> None:
             with stats.timed("decode_s"), decoding(self.pipe):
-                z = self.decode_input(call, self.vae.denormalize_latents(new[:, : new.shape[1] - end]))
+                z = self.decode_input(call, self.pipe.vae.denormalize_latents(new[:, : new.shape[1] - end]))
                 video = decoder(z)
-                check_finite(f"the VAE decode (chunk {index + 1} of {count})", video, nnx.state(self.vae, nnx.Param))
+                check_finite(
+                    f"the VAE decode (chunk {index + 1} of {count})", video, nnx.state(self.pipe.vae, nnx.Param)
+                )
             frames = np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
             if index == 0 and prefix.shape[1]:
                 frames = np.concatenate([np.broadcast_to(prefix, (frames.shape[0], *prefix.shape[1:])), frames], 1)

@@ -327,11 +327,11 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
         """Every chunk in turn (module docstring); returns the whole video's latents (host
         float32: :class:`~vidax.models.skyreels_v2.long_video.FinishedLatents`), each chunk
         decoded as it ends with ``on_chunk`` (:mod:`~vidax.models.skyreels_v2.long_video`)."""
-        info, e = self.info, call.extra
+        info, e = self.pipe.info, call.extra
         run = _ChunkRun(
             self.causal_block_size(info, call), 0, float(e.get("addnoise_condition", 0)), int(e.get("fps", 24) != 16)
         )
-        template = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=(1,)).timesteps
+        template = self.pipe.scheduler.set_timesteps(call.num_inference_steps, sample_shape=(1,)).timesteps
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
         chunks = self.chunks(info, call)
         finished, chunk_done = self.start_chunks(call, chunks)
@@ -347,7 +347,7 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
             )
             if end:  # frames given at the end: timestep 0, never updated
                 matrix[:, f - end :], update[:, f - end :] = 0, False
-            frames = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=lat.shape)
+            frames = self.pipe.scheduler.set_timesteps(call.num_inference_steps, sample_shape=lat.shape)
             frames = dataclasses.replace(frames, step_index=jnp.zeros((f,), jnp.int32))
             chunk_state = ForcingState(
                 jnp.asarray(matrix, jnp.float32),
@@ -359,9 +359,9 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
             self._chunk_run = dataclasses.replace(run, prefix=chunk.prefix)
             inputs, axes = self.step_args(call, embeds, cond, chunk_state, 0)
             n = len(matrix)
-            if self.mesh is None:
+            if self.pipe.mesh is None:
                 lat, chunk_state = jax.device_put((lat, chunk_state), jax.local_devices()[0])
-            lat, _ = self.denoiser.run_expert(
+            lat, _ = self.pipe.denoiser.run_expert(
                 self.pipe, 0, call, lat, chunk_state, (inputs,), (axes,), (n, 0, n), stats
             )
             finished.add(lat[:, chunk.overlap :])
@@ -399,12 +399,12 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
             t = t.at[:p].set(run.addnoise_condition)
         timestep = jnp.broadcast_to(t, (b, t.shape[0]))
         fps = jnp.full((b,), run.fps_index, jnp.int32)
-        x, timestep, fps = cfg_pair(do_cfg, x.astype(self.dtype), timestep, fps)
+        x, timestep, fps = cfg_pair(do_cfg, x.astype(self.pipe.dtype), timestep, fps)
         return x, timestep, inputs.embeds, None, fps, run.causal_block_size
 
     def scheduler_update(self, state, pred, latents, inputs) -> tuple:
         i = state.step_index
-        new, frames = per_frame_step(self.scheduler.step, state.frames, pred, latents, state.update[i])
+        new, frames = per_frame_step(self.pipe.scheduler.step, state.frames, pred, latents, state.update[i])
         return new, dataclasses.replace(state, frames=frames, step_index=i + 1)
 
     def expert_plan(self, state) -> list[int]:
@@ -490,8 +490,8 @@ class SkyReelsV2DiffusionForcingImageToVideoHooks(SkyReelsV2ForcingHooks):
                     for im, n in zip(images, names)
                 ]
             )
-            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels[:, None])
-            z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+            mean, _ = encode_with(self.pipe, "vae", self.pipe.vae.encode, pixels[:, None])
+            z = jnp.repeat(self.pipe.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         n = call.batch
         return {"first_latent": z[:n]} | ({"last_latent": z[n:]} if last is not None else {})
@@ -610,8 +610,8 @@ class SkyReelsV2DiffusionForcingVideoToVideoHooks(SkyReelsV2ForcingHooks):
         overlap = call.extra["overlap_history"]
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             pixels = self.video_pixels(call)[-overlap:]
-            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, pixels[None])
-            z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+            mean, _ = encode_with(self.pipe, "vae", self.pipe.vae.encode, pixels[None])
+            z = jnp.repeat(self.pipe.vae.normalize_latents(mean), call.batch, axis=0)
         stats.sample_memory()
         return {"video_latents": z}
 

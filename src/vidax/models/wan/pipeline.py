@@ -102,7 +102,7 @@ class WanHooks(FamilyHooks):
     @property
     def expand_timesteps(self) -> bool:
         """One timestep per token (TI2V-5B)."""
-        return self.info.expand_timesteps
+        return self.pipe.info.expand_timesteps
 
     # ------------------------------------------------------------------ configs
     @classmethod
@@ -184,8 +184,8 @@ class WanHooks(FamilyHooks):
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """UMT5 embeddings (B, L, D), L = max_sequence_length, zero past each prompt's real token
         count (as ``WanPipeline._get_t5_prompt_embeds``)."""
-        tokens = self.tokenizer([prompt_clean(p) for p in texts], max_sequence_length, truncation=truncation)
-        return encode_tokens(self.text_encoder, tokens, zero_padding=True)
+        tokens = self.pipe.tokenizer([prompt_clean(p) for p in texts], max_sequence_length, truncation=truncation)
+        return encode_tokens(self.pipe.text_encoder, tokens, zero_padding=True)
 
     def encode_image(self, image: Any) -> jax.Array:
         """CLIP penultimate hidden states float32 (N, L_img, D_img) of N images, as
@@ -207,12 +207,12 @@ class WanHooks(FamilyHooks):
         pixels = np.stack(
             [
                 clip_preprocess(
-                    to_rgb_image(im, f"image[{i}]" if len(images) > 1 else "image"), self.image_processor_config
+                    to_rgb_image(im, f"image[{i}]" if len(images) > 1 else "image"), self.pipe.image_processor_config
                 )
                 for i, im in enumerate(images)
             ]
         )
-        return self.image_encoder(jnp.asarray(pixels, jnp.float32), output_layer=-2)
+        return self.pipe.image_encoder(jnp.asarray(pixels, jnp.float32), output_layer=-2)
 
     def condition(self, call, stats) -> dict:
         """The reference's ``encode_image`` + ``prepare_latents`` conditioning, channels last:
@@ -224,7 +224,7 @@ class WanHooks(FamilyHooks):
         the last video frame too (the last of the last latent frame's 4 mask channels)."""
         if call.image is None:
             return {}
-        info, batch = self.info, call.batch
+        info, batch = self.pipe.info, call.batch
         rgb = to_rgb_image(_one(call.image))
         last = _one(call.extra.get("last_image"))
         last_rgb = None if last is None or info.expand_timesteps else to_rgb_image(last, "last_image")
@@ -240,7 +240,7 @@ class WanHooks(FamilyHooks):
                 per_sample = 2 if info.transformer_configs[0].pos_embed_seq_len is not None else 1
                 if features.shape[0] != per_sample * batch:  # one sample's rows, for every sample (diffusers' repeat)
                     features = jnp.tile(features, (batch, 1, 1))
-                cond["image"] = features.astype(self.dtype)
+                cond["image"] = features.astype(self.pipe.dtype)
             pixels = vae_image_preprocess(rgb, call.height, call.width)  # (H, W, 3) in [-1, 1]
             if info.expand_timesteps:
                 video = pixels[None, None]
@@ -249,8 +249,8 @@ class WanHooks(FamilyHooks):
                 video[0, 0] = pixels
                 if last_rgb is not None:
                     video[0, -1] = vae_image_preprocess(last_rgb, call.height, call.width, name="last_image")
-            mean, _ = encode_with(self.pipe, "vae", self.vae.encode, video)  # the posterior's mode ("argmax")
-            z = jnp.repeat(self.vae.normalize_latents(mean), batch, axis=0)
+            mean, _ = encode_with(self.pipe, "vae", self.pipe.vae.encode, video)  # the posterior's mode ("argmax")
+            z = jnp.repeat(self.pipe.vae.normalize_latents(mean), batch, axis=0)
             if info.expand_timesteps:
                 cond["first_frame"] = z
             else:
@@ -271,19 +271,19 @@ class WanHooks(FamilyHooks):
             x, timestep = jnp.concatenate([latents, cond["concat"]], axis=-1), jnp.broadcast_to(t, (b,))
         elif "first_frame" in cond:
             x = jnp.concatenate([cond["first_frame"].astype(latents.dtype), latents[:, 1:]], axis=1)
-            pt, ph, pw = self.info.transformer_configs[0].patch_size
+            pt, ph, pw = self.pipe.info.transformer_configs[0].patch_size
             grid = (latents.shape[1] // pt, latents.shape[2] // ph, latents.shape[3] // pw)
             per_frame = jnp.where(jnp.arange(grid[0]) == 0, 0.0, t)
             per_token = jnp.broadcast_to(per_frame[:, None, None], grid).reshape(-1)  # frame-major
             timestep = jnp.broadcast_to(per_token, (b, per_token.shape[0]))
         else:  # text-to-video: with expand_timesteps the per-token timesteps are all equal to it
             x, timestep = latents, jnp.broadcast_to(t, (b,))
-        x, timestep, image = cfg_pair(do_cfg, x.astype(self.dtype), timestep, cond.get("image"))
+        x, timestep, image = cfg_pair(do_cfg, x.astype(self.pipe.dtype), timestep, cond.get("image"))
         return x, timestep, context, image
 
     def expert_plan(self, state) -> list[int]:
         return expert_for_steps(
-            np.asarray(state.timesteps), self.boundary_ratio, self.scheduler.config.num_train_timesteps
+            np.asarray(state.timesteps), self.boundary_ratio, self.pipe.scheduler.config.num_train_timesteps
         )
 
     def final_latents(self, call, latents, cond) -> jax.Array:
