@@ -315,3 +315,18 @@ def test_image_to_video_with_a_last_image_counts_its_frames(df_path):
     got: list[FinishedChunk] = []
     frames = pipe(image, "a cat", last_image=image, num_frames=9, on_chunk=got.append, **CALL).frames
     assert frames.shape[1] == 9 and [(c.frames.shape[1], c.frames_done, c.frames_total) for c in got] == [(9, 9, 9)]
+
+
+def test_python_keywords_of_a_long_video_are_checked(pipe, caplog):
+    """``base_num_frames=None`` and ``addnoise_condition`` past the scheduler's 1000 timesteps are
+    refused naming the keyword, its value and what is valid (diffusers' check_inputs raises a
+    TypeError on None); above 60 the call warns as diffusers does."""
+    from vidax.errors import InputError
+
+    kw = {k: v for k, v in CALL.items() if k not in ("progress", "seed")}
+    with pytest.raises(InputError, match=r"base_num_frames=None must be an int >= 1"):
+        pipe.check_call(pipe.info, "a cat", num_frames=21, **{**kw, "base_num_frames": None})
+    with pytest.raises(InputError, match=r"addnoise_condition must be a number in \[0, 1000\], got 2000"):
+        pipe.check_call(pipe.info, "a cat", num_frames=21, addnoise_condition=2000, **kw)
+    pipe.check_call(pipe.info, "a cat", num_frames=21, addnoise_condition=61, **kw)
+    assert "addnoise_condition=61.0 is large" in caplog.text
