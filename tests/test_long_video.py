@@ -330,3 +330,12 @@ def test_python_keywords_of_a_long_video_are_checked(pipe, caplog):
         pipe.check_call(pipe.info, "a cat", num_frames=21, addnoise_condition=2000, **kw)
     pipe.check_call(pipe.info, "a cat", num_frames=21, addnoise_condition=61, **kw)
     assert "addnoise_condition=61.0 is large" in caplog.text
+
+
+def test_keep_chunks_false_takes_on_chunk(pipe):
+    """``keep_chunks=False`` returns no frames (on_chunk had them): without ``on_chunk`` it is refused naming both."""
+    from vidax.errors import InputError
+
+    kw = {k: v for k, v in CALL.items() if k not in ("progress", "seed")}
+    with pytest.raises(InputError, match=r"keep_chunks=False without on_chunk would return no frames"):
+        pipe.check_call(pipe.info, "a cat", num_frames=21, keep_chunks=False, **kw)

@@ -282,6 +282,13 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
                 Arg("base_num_frames", None), " must be an int >= 1 (the most frames one chunk has; 97 by default)"
             )
         base, overlap = e.get("base_num_frames", 97), e.get("overlap_history")
+        if e.get("keep_chunks") is False and e.get("on_chunk") is None:  # the frames would go nowhere
+            raise InputError(
+                Arg("keep_chunks", False),
+                " without ",
+                Arg("on_chunk"),
+                " would return no frames: give on_chunk=callable (it gets each chunk's frames), or keep_chunks=True",
+            )
         if (e.get("addnoise_condition") or 0) > 60:
             logger.warning(
                 "%s is large and may cause inconsistencies in a long video; 20 is recommended (as diffusers warns)",
