@@ -339,3 +339,14 @@ def test_keep_chunks_false_takes_on_chunk(pipe):
     kw = {k: v for k, v in CALL.items() if k not in ("progress", "seed")}
     with pytest.raises(InputError, match=r"keep_chunks=False without on_chunk would return no frames"):
         pipe.check_call(pipe.info, "a cat", num_frames=21, keep_chunks=False, **kw)
+
+
+def test_causal_block_size_error_names_only_what_was_given(pipe):
+    """A causal_block_size that does not divide one chunk's latent frames: the error names the
+    arguments of the chunk, leaving out an overlap_history not given (no "overlap_history=None")."""
+    from vidax.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        pipe.check_call(pipe.info, "a cat", num_frames=13, height=32, width=48, causal_block_size=3)
+    said = str(refused.value)
+    assert "causal_block_size=3 must divide the 4 latent frames" in said and "overlap_history" not in said, said

@@ -332,8 +332,7 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
                     Arg("num_frames", call.num_frames),
                     ", ",
                     Arg("base_num_frames", base),
-                    ", ",
-                    Arg("overlap_history", overlap),
+                    *([] if overlap is None else [", ", Arg("overlap_history", overlap)]),  # None: not given
                     ")",
                 )
 
