@@ -197,7 +197,7 @@ def test_a_second_signal_removes_the_growing_file(tmp_path):
 
 def test_seconds_on_the_command_line(df_path, ckpt, tmp_path, caplog):
     """--seconds 1.1 at --fps 16 is 18 frames, made as 17 (4k+1, said naming --seconds) in chunks
-    written as they end, overlap_history chosen for the small --base-num-frames; refused with
+    written as they end (said per chunk with --no-progress too), overlap_history chosen for the small --base-num-frames; refused with
     --num-frames, and on a checkpoint that makes one pass beyond its default length."""
     from typer.testing import CliRunner
 
@@ -208,7 +208,8 @@ def test_seconds_on_the_command_line(df_path, ckpt, tmp_path, caplog):
     base += ["--guidance-scale", "1", "--fps", "16"]
     out = tmp_path / "s.mp4"
     r = CliRunner().invoke(
-        app, [*base, "--checkpoint", df_path, "--seconds", "1.1", "--base-num-frames", "9", "-o", str(out)]
+        app,
+        [*base, "--checkpoint", df_path, "--seconds", "1.1", "--base-num-frames", "9", "--no-progress", "-o", str(out)],
     )
     assert r.exit_code == 0, r.output
     assert "--seconds 1.1 at 16 fps is 18 frames" in caplog.text and "using 17 (1.06 s)" in caplog.text
