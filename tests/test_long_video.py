@@ -197,7 +197,7 @@ def test_a_second_signal_removes_the_growing_file(tmp_path):
 
 def test_seconds_on_the_command_line(df_path, ckpt, tmp_path, caplog):
     """--seconds 1.1 at --fps 16 is 18 frames, made as 17 (4k+1, said naming --seconds) in chunks
-    written as they end, overlap_history chosen for the small --base-num-frames; refused with
+    written as they end (said per chunk with --no-progress too), overlap_history chosen for the small --base-num-frames; refused with
     --num-frames, and on a checkpoint that makes one pass beyond its default length."""
     from typer.testing import CliRunner
 
@@ -208,7 +208,8 @@ def test_seconds_on_the_command_line(df_path, ckpt, tmp_path, caplog):
     base += ["--guidance-scale", "1", "--fps", "16"]
     out = tmp_path / "s.mp4"
     r = CliRunner().invoke(
-        app, [*base, "--checkpoint", df_path, "--seconds", "1.1", "--base-num-frames", "9", "-o", str(out)]
+        app,
+        [*base, "--checkpoint", df_path, "--seconds", "1.1", "--base-num-frames", "9", "--no-progress", "-o", str(out)],
     )
     assert r.exit_code == 0, r.output
     assert "--seconds 1.1 at 16 fps is 18 frames" in caplog.text and "using 17 (1.06 s)" in caplog.text
@@ -471,3 +472,38 @@ def test_serve_fields_of_a_long_video_request(pipe, tmp_path):
         runner.submit({"prompt": "a cat", "input_video": Upload(str(copy), "clip.mp4"), **fields})
     assert e.value.param == "input_video" and "'clip.mp4'" in e.value.message, e.value.message
     assert str(copy) not in e.value.message and ".upload-" not in e.value.message, e.value.message
+
+
+def test_python_keywords_of_a_long_video_are_checked(pipe, caplog):
+    """``base_num_frames=None`` and ``addnoise_condition`` past the scheduler's 1000 timesteps are
+    refused naming the keyword, its value and what is valid (diffusers' check_inputs raises a
+    TypeError on None); above 60 the call warns as diffusers does."""
+    from vidax.errors import InputError
+
+    kw = {k: v for k, v in CALL.items() if k not in ("progress", "seed")}
+    with pytest.raises(InputError, match=r"base_num_frames=None must be an int >= 1"):
+        pipe.check_call(pipe.info, "a cat", num_frames=21, **{**kw, "base_num_frames": None})
+    with pytest.raises(InputError, match=r"addnoise_condition must be a number in \[0, 1000\], got 2000"):
+        pipe.check_call(pipe.info, "a cat", num_frames=21, addnoise_condition=2000, **kw)
+    pipe.check_call(pipe.info, "a cat", num_frames=21, addnoise_condition=61, **kw)
+    assert "addnoise_condition=61.0 is large" in caplog.text
+
+
+def test_keep_chunks_false_takes_on_chunk(pipe):
+    """``keep_chunks=False`` returns no frames (on_chunk had them): without ``on_chunk`` it is refused naming both."""
+    from vidax.errors import InputError
+
+    kw = {k: v for k, v in CALL.items() if k not in ("progress", "seed")}
+    with pytest.raises(InputError, match=r"keep_chunks=False without on_chunk would return no frames"):
+        pipe.check_call(pipe.info, "a cat", num_frames=21, keep_chunks=False, **kw)
+
+
+def test_causal_block_size_error_names_only_what_was_given(pipe):
+    """A causal_block_size that does not divide one chunk's latent frames: the error names the
+    arguments of the chunk, leaving out an overlap_history not given (no "overlap_history=None")."""
+    from vidax.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        pipe.check_call(pipe.info, "a cat", num_frames=13, height=32, width=48, causal_block_size=3)
+    said = str(refused.value)
+    assert "causal_block_size=3 must divide the 4 latent frames" in said and "overlap_history" not in said, said

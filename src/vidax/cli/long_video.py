@@ -97,7 +97,7 @@ def streams(pipe, call, output) -> bool:
 def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
     """``(out, path written, frames written)``: ``run(pipe, call, format, output)`` (the CLI's
     call of the pipeline) with every finished chunk appended to the growing mp4 at ``path`` as it
-    ends (said in one line per chunk with ``call.progress``), then the mp4 published under its
+    ends (said in one line per chunk, --no-progress too), then the mp4 published under its
     name. The pipeline keeps no chunk's frames for its return (its ``CHUNK_KEEP`` keyword): the
     host memory of a video of any length is one chunk's. A signal
     (``stop``) ends the run at its next check, and the chunks finished are published as the video
@@ -116,12 +116,11 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
         t0 = time.perf_counter()
         writer.append(chunk.frames[0])
         spent[0] += time.perf_counter() - t0
-        if call.progress:
-            typer.echo(
-                f"chunk {chunk.index + 1} of {chunk.count} done: {chunk.frames_done} of {chunk.frames_total} frames "
-                f"({chunk.frames_done / fps:.2f} s of {chunk.frames_total / fps:.2f} s) in {writer.tmp}",
-                err=True,
-            )
+        typer.echo(  # with --no-progress too: the file grew (the bars are what --no-progress turns off)
+            f"chunk {chunk.index + 1} of {chunk.count} done: {chunk.frames_done} of {chunk.frames_total} frames "
+            f"({chunk.frames_done / fps:.2f} s of {chunk.frames_total / fps:.2f} s) in {writer.tmp}",
+            err=True,
+        )
 
     try:
         extra = {**call.extra, pipe.family.CHUNK_CALLBACK: chunk_done, pipe.family.CHUNK_KEEP: False}

@@ -20,6 +20,7 @@ the whole video is decoded at the end, or each chunk as it ends with ``on_chunk`
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import jax
@@ -38,6 +39,8 @@ from vidax.pipelines.call_checks import SizeLimits
 from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
 from vidax.pipelines.prompts import encode_with
 from vidax.schedulers.base import StepIndexed, register_state
+
+logger = logging.getLogger("vidax.pipeline")
 
 
 def read_without_fps(checkpoint, pipeline: str) -> WanInfo:
@@ -171,9 +174,11 @@ FORCING_OPTIONS = (
     CallOption(
         "addnoise_condition",
         float,
-        "Noise added to the repeated frames of a long video's chunks (0-1000; 20 recommended).",
+        "Noise added to the repeated frames of a long video's chunks (0-1000, the scheduler's timesteps; 20 "
+        "recommended, diffusers warns above 60).",
         "0",
         low=0,
+        high=1000,
     ),
     # vidax generate passes its --fps (the mp4's rate) on as fps=, so the video is written at
     # the rate the model conditioned on.
@@ -272,7 +277,23 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
         """
         super().check_family_call(info, call)
         e = call.extra
+        if "base_num_frames" in e and e["base_num_frames"] is None:  # diffusers' check_inputs fails on None too
+            raise InputError(
+                Arg("base_num_frames", None), " must be an int >= 1 (the most frames one chunk has; 97 by default)"
+            )
         base, overlap = e.get("base_num_frames", 97), e.get("overlap_history")
+        if e.get("keep_chunks") is False and e.get("on_chunk") is None:  # the frames would go nowhere
+            raise InputError(
+                Arg("keep_chunks", False),
+                " without ",
+                Arg("on_chunk"),
+                " would return no frames: give on_chunk=callable (it gets each chunk's frames), or keep_chunks=True",
+            )
+        if (e.get("addnoise_condition") or 0) > 60:
+            logger.warning(
+                "%s is large and may cause inconsistencies in a long video; 20 is recommended (as diffusers warns)",
+                Arg("addnoise_condition", e["addnoise_condition"]),
+            )
         t = info.vae_config.temporal_compression
         if call.num_frames > base and overlap is None:
             raise InputError(
@@ -311,8 +332,7 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
                     Arg("num_frames", call.num_frames),
                     ", ",
                     Arg("base_num_frames", base),
-                    ", ",
-                    Arg("overlap_history", overlap),
+                    *([] if overlap is None else [", ", Arg("overlap_history", overlap)]),  # None: not given
                     ")",
                 )
 
