@@ -6,6 +6,7 @@ The checkpoint and pipeline: ``skyreels_df`` / ``skyreels_df_pipe`` of tests/con
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 
@@ -315,6 +316,11 @@ def test_a_video_of_chunks_is_longer_than_the_models_rope_tables(pipe):
     call = pipe.check_call(pipe.info, "a cat", num_frames=most + 4, **CALL)
     assert call.num_frames == most + 4
     assert max(c.num_latent_frames for c in type(pipe).family.chunks(pipe.info, call)) == 3
+    # a typo's length is refused at once, before a chunk list is made (24,000,000,001 frames hung)
+    with pytest.raises(
+        vidax.errors.InputError, match=r"num_frames=24000000001 makes 5,999,999,999 chunks .* at most 10,000"
+    ):
+        pipe.check_call(pipe.info, "a cat", num_frames=24_000_000_001, **CALL)
     over = dict(CALL, base_num_frames=most + 4)
     with pytest.raises(
         vidax.errors.InputError, match=rf"base_num_frames={most + 4} makes a chunk longer .* {most} frames"
@@ -496,6 +502,19 @@ def test_keep_chunks_false_takes_on_chunk(pipe):
     kw = {k: v for k, v in CALL.items() if k not in ("progress", "seed")}
     with pytest.raises(InputError, match=r"keep_chunks=False without on_chunk would return no frames"):
         pipe.check_call(pipe.info, "a cat", num_frames=21, keep_chunks=False, **kw)
+
+
+def test_an_overlap_cut_to_whole_causal_blocks_is_said_once(pipe, caplog):
+    """overlap_history=9 (3 latent frames) with causal_block_size=2 is cut to 2 latent frames, as
+    diffusers does: said once for the video, not once per chunk (the user test saw it twice)."""
+    kw = {k: v for k, v in CALL.items() if k not in ("progress", "seed", "overlap_history", "base_num_frames")}
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        call = pipe.check_call(
+            pipe.info, "a cat", num_frames=41, base_num_frames=17, overlap_history=9, causal_block_size=1, **kw
+        )
+        type(pipe).family.chunks(pipe.info, dataclasses.replace(call, extra={**call.extra, "causal_block_size": 2}))
+    cut = [r for r in caplog.records if "are cut to 2" in r.getMessage()]
+    assert len(cut) == 1 and "causal_block_size=2" in cut[0].getMessage(), caplog.text
 
 
 def test_causal_block_size_error_names_only_what_was_given(pipe):

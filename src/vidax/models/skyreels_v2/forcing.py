@@ -31,6 +31,11 @@ from vidax.errors import Arg, InputError
 
 logger = logging.getLogger("vidax.pipeline")
 
+#: The most chunks one video is made of: 10,000 chunks of SkyReels' 80 new frames are ~9 hours at
+#: 24 fps (two months of one v5e chip at 50 steps); a longer video is a typo, refused before its
+#: chunk list is made.
+MAX_CHUNKS = 10_000
+
 
 def timestep_matrix(
     num_latent_frames: int,
@@ -147,19 +152,29 @@ def chunk_plan(
     overlap = (overlap_history - 1) // temporal_compression + 1
     base = (base_num_frames - 1) // temporal_compression + 1
     n_iter = 1 + (f - base - 1) // (base - overlap) + 1
+    if n_iter > MAX_CHUNKS:
+        raise InputError(
+            Arg("num_frames", num_frames),
+            f" makes {n_iter:,} chunks of at most {base_num_frames} frames; at most {MAX_CHUNKS:,} are made "
+            f"({1 + (MAX_CHUNKS * (base - overlap) + overlap - 1) * temporal_compression:,} frames with this ",
+            Arg("base_num_frames"),
+            " and ",
+            Arg("overlap_history"),
+            ")",
+        )
     first = 0 if video_prefix is None else video_prefix - video_prefix % causal_block_size
     chunks = [Chunk(min(f, base), first, 0)]
+    prefix = overlap - overlap % causal_block_size
+    if prefix != overlap and n_iter > 1:
+        logger.warning(
+            "the %d latent frames of %s are cut to %d, a whole number of causal blocks (%s), as diffusers "
+            "does; the seam may show",
+            overlap,
+            Arg("overlap_history", overlap_history),
+            prefix,
+            Arg("causal_block_size", causal_block_size),
+        )
     for k in range(1, n_iter):
-        prefix = overlap - overlap % causal_block_size
-        if prefix != overlap:
-            logger.warning(
-                "the %d latent frames of overlap_history=%d are cut to %d, a whole number of causal blocks "
-                "(causal_block_size=%d), as diffusers does; the seam may show",
-                overlap,
-                overlap_history,
-                prefix,
-                causal_block_size,
-            )
         finished = k * (base - overlap) + overlap
         frames = min(f - finished + overlap, base)
         chunks.append(Chunk(frames, prefix, overlap))
