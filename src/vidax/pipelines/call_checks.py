@@ -17,7 +17,14 @@ from vidax.checkpoint import TASK_NAMES, Checkpoint, CheckpointInfo
 from vidax.errors import Arg, ArgValue, InputError, Message, joined
 from vidax.pipelines.call import Call, cancel_check
 from vidax.pipelines.common import check_task
-from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
+from vidax.pipelines.options import (
+    OBJECT,
+    SHARED_OPTIONS,
+    CallOption,
+    check_options,
+    options_by_name,
+    untaken_shared_args,
+)
 from vidax.pipelines.output import finite_array
 from vidax.pipelines.spec import diffusers_classes, embeds_options, read_scheduler
 
@@ -242,23 +249,13 @@ class CallChecks:
         return tuple(o.name for o in cls.options())
 
     @classmethod
-    def untaken_shared_args(cls) -> tuple[str, ...]:
-        """The shared keywords the call does not take: the family's ``unsupported_call_args``, and
-        ``image`` where the class takes no image (its hooks' ``takes_image``, as its diffusers
-        namesake's ``__call__``)."""
-        takes_image = cls.family.takes_image
-        if takes_image is None:
-            takes_image = cls.family.task == "i2v"
-        return tuple(cls.family.unsupported_call_args) + (() if takes_image else ("image",))
-
-    @classmethod
     def options(cls) -> tuple[CallOption, ...]:
         """The declarations of :meth:`call_args`, in that order."""
         streams = tuple(
             CallOption(s, OBJECT, f"Initial noise of the {s} stream, float32, in the family's diffusers layout.")
             for s in cls.family.latent_streams[1:]
         )
-        untaken = cls.untaken_shared_args()
+        untaken = untaken_shared_args(cls)
         return (
             tuple(o for o in SHARED_OPTIONS if o.name not in untaken)
             + streams
@@ -417,7 +414,7 @@ def _check_keywords(cls: type, info: CheckpointInfo, extra: dict, given: set) ->
     if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
         del extra["generator"]
     own = options_by_name(cls.family.call_options + embeds_options(cls))
-    unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.untaken_shared_args()))
+    unknown = sorted(set(extra) - set(own)) + sorted(given & set(untaken_shared_args(cls)))
     for u in unknown:
         entry = refused_keyword(cls, u)
         if entry is not None:

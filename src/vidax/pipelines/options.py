@@ -177,6 +177,16 @@ def int_list(text: str) -> list[int]:
     return [int(t) for t in text.split(",")]
 
 
+def untaken_shared_args(cls: type) -> tuple[str, ...]:
+    """The shared keywords pipeline class ``cls``'s call does not take: its family's
+    ``unsupported_call_args``, and ``image`` where the class takes no image (its hooks'
+    ``takes_image``, as its diffusers namesake's ``__call__``)."""
+    takes_image = cls.family.takes_image
+    if takes_image is None:
+        takes_image = cls.family.task == "i2v"
+    return tuple(cls.family.unsupported_call_args) + (() if takes_image else ("image",))
+
+
 def options_by_name(options: Iterable[CallOption]) -> dict[str, CallOption]:
     return {o.name: o for o in options}
 

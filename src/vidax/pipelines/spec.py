@@ -32,7 +32,7 @@ from typing import Any
 from vidax.checkpoint import CallDefaults, CheckpointInfo
 from vidax.errors import ConfigError, InputError
 from vidax.pipelines.call import Call
-from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.options import OBJECT, CallOption, untaken_shared_args
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 
@@ -91,7 +91,7 @@ class FamilySpec:
         options: every call keyword, declared (:class:`~vidax.pipelines.options.CallOption`):
             the shared ones the family takes, the further latent streams', the family's own,
             the precomputed prompt encodings'.
-        unsupported_call_args: the shared keywords the class does not take (``untaken_shared_args``).
+        unsupported_call_args: the shared keywords the class does not take (:func:`~vidax.pipelines.options.untaken_shared_args`).
         defaults: the checkpoint's :class:`~vidax.checkpoint.CallDefaults`.
         latent_streams: the call keywords of the latent streams denoised together, the video's first.
         audio_stream: the stream the sound is decoded from (None: no sound stream).
@@ -145,7 +145,7 @@ class FamilySpec:
             diffusers_classes=diffusers_classes(pipeline),
             components=_components(pipeline, info),
             options=tuple(pipeline.options()),
-            unsupported_call_args=pipeline.untaken_shared_args(),
+            unsupported_call_args=untaken_shared_args(pipeline),
             defaults=info.defaults,
             latent_streams=tuple(pipeline.family.latent_streams),
             audio_stream=pipeline.family.audio_stream,

@@ -8,7 +8,7 @@ A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``p
 an image, a video to extend, neither), ``pipeline``: the pipeline class that runs it,
 ``input_reference``: the image's file name, ``input_video``: the video's, and for a completed job
 ``stats``: seconds of the pipeline call, of its compiles, of writing the mp4; once it ran,
-``batch``: how it was batched, :meth:`JobRunner._batch_report`). ``status`` goes ``queued`` ->
+``batch``: how it was batched, :func:`~vidax.serve.batching.batch_report`). ``status`` goes ``queued`` ->
 ``in_progress`` -> ``completed`` or ``failed`` (a cancelled job is ``failed`` with the error code
 ``cancelled``, so a client waiting for one of OpenAI's final states sees one; the other codes are
 the error's class in snake_case, ``out_of_memory_error``, ``numerical_error``...), and ``preset``:
@@ -44,14 +44,15 @@ import numpy as np
 
 from vidax.errors import Cancelled, InputError, OutOfMemoryError, VidaxError
 from vidax.pipelines.presets import distilled_warning, presets_of
+from vidax.serve.batching import batch_padding, batch_report, per_video_guidance
 from vidax.serve.fields import Fields, RequestError, Upload
 from vidax.serve.long_video import GrowingVideos, grows
 from vidax.serve.pending import CheckWarnings, Pending
 from vidax.serve.records import (
     Unwritten,
-    error_code,
     events,
     failed_job,
+    failure_record,
     listed_job,
     log_job_end,
     progress_percent,
@@ -79,17 +80,6 @@ _SHARED_SETTINGS = (
     "do_cfg",
 )
 _GUIDANCE = ("guidance_scale", "guidance_scale_2")
-
-
-def per_video_guidance(pipe: Any) -> bool:
-    """Whether ``pipe``'s guidance is the plain CFG combination of the default hooks (their
-    ``step_args``, ``guidance`` and ``guide``), which weighs each video of a batch by its own
-    :attr:`~vidax.pipelines.base.Call.video_guidance` (Wan2.1 / Wan2.2); the other families'
-    guidance has more to it (per-step tables, rescaling, several passes)."""
-    from vidax.pipelines.hooks import FamilyHooks
-
-    family = type(pipe).family
-    return all(getattr(family, name) is getattr(FamilyHooks, name) for name in ("step_args", "guidance", "guide"))
 
 
 class JobRunner:
@@ -418,7 +408,7 @@ class JobRunner:
 
     def _batch_key(self, pending: Pending) -> tuple | None:
         """What a job's batch-mates must share (on a data-parallel mesh also the key of a job that
-        runs alone but may be padded, :meth:`_padding`), or None when it runs alone as it is:
+        runs alone but may be padded, :func:`~vidax.serve.batching.batch_padding`), or None when it runs alone as it is:
         with a step cache (its state is the call's), an image, several videos, or a family that
         draws more than the initial noise from the seed (LTX-Video's decode noise, LTX-2's
         latent noise, CogVideoX's DPM step noise)."""
@@ -619,7 +609,9 @@ class JobRunner:
                     )
                     job = {
                         **failed_job({**job, **pending.reached()}, message, "cancelled"),
-                        "batch": self._batch_report(self._running, self._running.index(pending), self._resumed),
+                        "batch": batch_report(
+                            self._running, self._running.index(pending), self._resumed, self.data_parallel
+                        ),
                     }
                 else:
                     self._waiting.remove(pending)
@@ -713,7 +705,7 @@ class JobRunner:
         """One call running every job of ``batch``: the first's settings, each job's prompt,
         negative prompt, initial noise (drawn from its own seed, as when it runs alone) and
         guidance (:attr:`~vidax.pipelines.base.Call.video_guidance`, where they differ); on a
-        data-parallel mesh the last job's call again for each row of :meth:`_padding` (their
+        data-parallel mesh the last job's call again for each row of :func:`~vidax.serve.batching.batch_padding` (their
         videos are not kept). A pipeline that makes its video chunk by chunk reports each chunk
         (:meth:`_chunked`); with ``grown``, each job's chunks are appended to its growing mp4 and
         the call keeps none (the family's ``CHUNK_KEEP`` False)."""
@@ -721,7 +713,7 @@ class JobRunner:
 
         calls = [p.call for p in batch]
         call = calls[0]
-        calls += [calls[-1]] * self._padding(batch)
+        calls += [calls[-1]] * batch_padding(batch, self.data_parallel)
         if len(calls) > 1:
             noise = jax.tree.map(
                 lambda *a: np.concatenate([np.asarray(x) for x in a]),
@@ -791,44 +783,6 @@ class JobRunner:
 
         return on_state
 
-    def _padding(self, batch: list[Pending]) -> int:
-        """Videos added to ``batch`` so that its denoising rows (the videos, times two with CFG)
-        split evenly over the mesh's data-parallel devices: a batch that does not split is
-        replicated on every device (no faster than one); 0 off a data-parallel mesh and for a
-        job that runs alone as it is (``key`` None)."""
-        if self.data_parallel < 2 or batch[0].key is None:
-            return 0
-        per_video = 2 if batch[0].call.do_cfg else 1
-        n = len(batch)
-        while (n * per_video) % self.data_parallel:
-            n += 1
-        return n - len(batch)
-
-    def _batch_report(self, batch: list[Pending], index: int, resumed: int | None) -> dict:
-        """How a job ran: ``size`` (videos in its denoising batch), ``index`` (its row), the ids
-        of the batch's jobs, ``resumed_from_step`` (the saved step it resumed at, or None), and
-        ``data_parallel``: None off a data-parallel mesh, else ``devices`` (the mesh's data
-        axis), ``rows`` (the denoising batch: the videos with ``padding`` copies of the last,
-        times two with CFG) and ``split`` (the rows split over the devices; False: replicated,
-        each device running them all)."""
-        dp = None
-        if self.data_parallel > 1:
-            padding = self._padding(batch)
-            rows = (len(batch) + padding) * (2 if batch[0].call.do_cfg else 1)
-            dp = {
-                "devices": self.data_parallel,
-                "rows": rows,
-                "padding": padding,
-                "split": rows % self.data_parallel == 0,
-            }
-        return {
-            "size": len(batch),
-            "index": index,
-            "jobs": [p.id for p in batch],
-            "resumed_from_step": resumed,
-            "data_parallel": dp,
-        }
-
     def _run(self, batch: list[Pending]) -> None:
         from vidax.io.video import write_video
 
@@ -876,12 +830,12 @@ class JobRunner:
                             self.store.update(pending.id, status=QUEUED)
                     self._running = []
                 return
-            results = {p.id: self._failure(p, jobs[p.id], e) for p in batch}
+            results = {p.id: failure_record(p, jobs[p.id], e) for p in batch}
         with self._lock:
             for i, pending in enumerate(batch):
                 if pending.id not in self._pending:
                     continue  # cancelled while its batch ran on: recorded then
-                job = {**results[pending.id], "batch": self._batch_report(batch, i, resumed)}
+                job = {**results[pending.id], "batch": batch_report(batch, i, resumed, self.data_parallel)}
                 log_job_end(job)
                 self.store.put(job)
                 self.store.forget_request(pending.id)
@@ -920,7 +874,7 @@ class JobRunner:
                     raise Unwritten(self.store.folder, pending.id, out.frames[index : index + 1], e) from None
                 write_s = time.perf_counter() - t0
         except Exception as e:
-            return self._failure(pending, job, e)
+            return failure_record(pending, job, e)
         stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s, "write_s": write_s}
         if out.stats.cache is not None:
             stats["cache"] = out.stats.cache.describe()
@@ -935,16 +889,3 @@ class JobRunner:
             "stats": stats,
             **({} if pending.chunk is None else {"chunk": pending.chunk}),
         }
-
-    def _failure(self, pending: Pending, job: dict, e: Exception) -> dict:
-        """The record of a job that failed with ``e``."""
-        if isinstance(e, Cancelled):
-            return failed_job({**job, **pending.reached()}, pending.in_chunk(str(e)), "cancelled")
-        if isinstance(e, Unwritten):
-            return failed_job({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
-        if isinstance(e, VidaxError):
-            message = pending.request.error(e).message if pending.request else str(e)
-            return failed_job({**job, **pending.reached()}, " ".join(message.split()), error_code(e))
-        # a codec or disk error writing the video, a bug: the job fails, the server stays
-        logger.error("job %s failed", pending.id, exc_info=e)
-        return failed_job({**job, **pending.reached()}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")

@@ -10,11 +10,13 @@ import re
 import time
 from typing import Any
 
+from vidax.errors import Cancelled, VidaxError
 from vidax.serve.store import COMPLETED, FAILED
 
 #: One line per job event (queued, started, resumed, finished, failed, cancelled), shown at the
 #: default verbosity of ``vidax serve``.
 events = logging.getLogger("vidax.serve.jobs")
+logger = logging.getLogger("vidax.serve")
 
 
 #: Characters of a job's prompt in lists (``GET /v1/videos``, the page's table); a longer one is
@@ -116,3 +118,18 @@ class Unwritten(Exception):
         super().__init__(
             f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')})" + "; ".join(["", *said])
         )
+
+
+def failure_record(pending: Any, job: dict, e: Exception) -> dict:
+    """The record of job ``job`` (its :class:`~vidax.serve.pending.Pending` ``pending``) that
+    failed with ``e``: cancelled, its video unwritten, refused, or an internal error (logged)."""
+    if isinstance(e, Cancelled):
+        return failed_job({**job, **pending.reached()}, pending.in_chunk(str(e)), "cancelled")
+    if isinstance(e, Unwritten):
+        return failed_job({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
+    if isinstance(e, VidaxError):
+        message = pending.request.error(e).message if pending.request else str(e)
+        return failed_job({**job, **pending.reached()}, " ".join(message.split()), error_code(e))
+    # a codec or disk error writing the video, a bug: the job fails, the server stays
+    logger.error("job %s failed", pending.id, exc_info=e)
+    return failed_job({**job, **pending.reached()}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")
