@@ -504,6 +504,15 @@ def test_keep_chunks_false_takes_on_chunk(pipe):
         pipe.check_call(pipe.info, "a cat", num_frames=21, keep_chunks=False, **kw)
 
 
+def test_the_frame_rounding_names_the_diffusers_pipeline_that_rounds(pipe, caplog):
+    """num_frames=30 is made as 29 frames: the warning names diffusers' diffusion-forcing
+    pipeline, which rounds so (the user test saw "as diffusers' WanPipeline does")."""
+    kw = {k: v for k, v in CALL.items() if k not in ("progress", "seed")}
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        assert pipe.check_call(pipe.info, "a cat", num_frames=30, **kw).num_frames == 29
+    assert "using 29, as diffusers' SkyReelsV2DiffusionForcingPipeline does" in caplog.text, caplog.text
+
+
 def test_an_overlap_cut_to_whole_causal_blocks_is_said_once(pipe, caplog):
     """overlap_history=9 (3 latent frames) with causal_block_size=2 is cut to 2 latent frames, as
     diffusers does: said once for the video, not once per chunk (the user test saw it twice)."""

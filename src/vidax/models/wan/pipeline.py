@@ -117,7 +117,7 @@ class WanHooks(FamilyHooks):
 
     @classmethod
     def resolve_num_frames(cls, info: WanInfo, num_frames: int) -> int:
-        return frames_of_form(num_frames, info.vae_config.temporal_compression, "WanPipeline")
+        return frames_of_form(num_frames, info.vae_config.temporal_compression, cls.pipeline_name)
 
     @classmethod
     def size_limits(cls, info: WanInfo) -> SizeLimits:
