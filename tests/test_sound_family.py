@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import vidax
+from tests.test_cli import _vidax_here
 from vidax.io.video import read_audio, read_video, write_video
 from vidax.parallel.offload import OffloadConfig, offloaded_stacks
 
@@ -209,22 +210,6 @@ def test_cli_mp4_has_video_and_sound_in_sync(sound_checkpoint, tmp_path):
         assert sound.codec_context.name == "aac" and sound.sample_rate == 24000 and sound.channels == 2
     assert seconds[0] == pytest.approx(5 / 8)
     assert abs(seconds[0] - seconds[1]) < 1 / 8  # within one video frame (8 fps)
-
-
-def _vidax_here(*args):
-    """``vidax ARGS`` in this process (the module's compiled programs reused): an object with
-    ``returncode`` and ``stderr`` as :func:`_vidax`'s; an exception other than the exit is
-    re-raised (a traceback in a real process)."""
-    import types
-
-    from typer.testing import CliRunner
-
-    from vidax.cli import app
-
-    r = CliRunner().invoke(app, list(args))
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return types.SimpleNamespace(returncode=r.exit_code, stderr=r.stderr)
 
 
 def test_cli_wav_alone_and_no_audio(sound_checkpoint, tmp_path):
