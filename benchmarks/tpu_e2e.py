@@ -220,6 +220,7 @@ def run(args, hard_stop: bool = False) -> dict:
         call=dict(args.call) or None,
         tiny=args.tiny,
         dtype=args.dtype,
+        weights=args.weights,
     )
     deadline = None if args.budget_s is None else time.perf_counter() - process_age_s() + args.budget_s
     if deadline is not None and hard_stop:
@@ -234,7 +235,7 @@ def run(args, hard_stop: bool = False) -> dict:
     if deadline is not None:
         extra["cancel"] = lambda: time.perf_counter() > deadline
     t0 = time.perf_counter()
-    plan = read_plan(folder, random_weights=True)
+    plan = read_plan(folder, random_weights=True, weight_dtype=args.weights)
     default_steps = with_call(plan, prompt=args.prompt, output_type="np", progress=False).call.num_inference_steps
     plan = with_call(plan, prompt=args.prompt, output_type="np", progress=args.progress, **call, **extra)
     offload = None if args.offload_blocks is None else int(args.offload_blocks)
@@ -371,7 +372,12 @@ def run(args, hard_stop: bool = False) -> dict:
 
 #: The table's columns: (header, row -> cell text).
 COLUMNS = (
-    ("line", lambda r: r.get("line") or r.get("checkpoint", "")),
+    (
+        "line",
+        lambda r: (
+            (r.get("line") or r.get("checkpoint", "")) + (f", {r['weights']} weights" if r.get("weights") else "")
+        ),
+    ),
     ("size HxWxF", lambda r: "x".join(str(v) for v in r.get("size_HxWxF", []))),
     ("steps", lambda r: str(r.get("steps", ""))),
     ("cache", lambda r: r.get("cache", "")),
@@ -464,6 +470,12 @@ def main(argv: list[str] | None = None) -> dict | str:
     p.add_argument("--frames", type=int, default=None, help="video frames (default: the checkpoint's)")
     p.add_argument("--steps", type=int, default=None, help="denoising steps (default: the checkpoint's)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument(
+        "--weights",
+        default=None,
+        choices=["int8", "fp8"],
+        help="the transformer's Linear kernels in 8 bits (vidax generate --weights; made random too)",
+    )
     p.add_argument(
         "--offload-blocks", default=None, help="stream N transformer blocks a chunk (default: vidax decides)"
     )

@@ -122,11 +122,44 @@ def test_values_have_the_asked_mean_and_spread_on_their_placement():
     assert ints.dtype == jnp.int32 and not np.asarray(ints).any()
 
 
-def test_random_weights_refuse_an_8bit_format_before_loading(configs_only):
+def test_random_weights_take_an_8bit_format(ckpt, configs_only):
+    """``weight_dtype='int8'`` with random weights: the transformer's Linear kernels are made as
+    int8 (whole numbers spanning the range) with scales giving the float kernel's spread, the
+    memory plan counts the bytes an 8-bit load of the files holds, and a call makes a finite
+    video (what ``tpu_e2e.py --weights int8`` measures for a line that needs 8-bit kernels)."""
+    import vidax
+    from vidax.nn.quant import SCALE
+    from vidax.pipelines.weight_formats import with_weights
+
+    plain = with_random_weights(Checkpoint.open(configs_only))
+    int8_files = with_weights(Checkpoint.open(ckpt), "int8")
+    int8_random = with_random_weights(with_weights(Checkpoint.open(configs_only), "int8"))
+    assert checkpoint_weight_bytes(int8_random, jnp.bfloat16) == checkpoint_weight_bytes(int8_files, jnp.bfloat16)
+    assert checkpoint_weight_bytes(int8_random, jnp.bfloat16) < checkpoint_weight_bytes(plain, jnp.bfloat16)
+    pipe = vidax.load_pipeline(configs_only, random_weights=True, weight_dtype="int8", dtype="bfloat16", progress=False)
+    flat = dict(nnx.to_flat_state(nnx.state(pipe.transformer)))
+    kernels = [p for p in flat if p[-1] == "kernel" and p[:-1] + (SCALE,) in flat]
+    assert kernels
+    for path in kernels:
+        k = np.asarray(flat[path].get_value())
+        scale = np.asarray(flat[path[:-1] + (SCALE,)].get_value())
+        fan_in = int(np.prod(k.shape[-2:-1]))
+        assert k.dtype == np.int8 and k.min() < -100 and k.max() > 100, path
+        # int8 uniform over [-127, 127] times the scale: the float kernel's 1/sqrt(fan_in) std (±10 %)
+        assert abs(float((k.astype(np.float32) * scale[..., None, :]).std()) * np.sqrt(fan_in) - 1) < 0.1, path
+    video = pipe("a cat", num_inference_steps=2, height=32, width=32, num_frames=5, output_type="np").frames
+    assert np.isfinite(video).all() and video.std() > 0
+
+
+def test_random_weights_refuse_a_single_file_transformer(configs_only, tmp_path):
+    """A single-file ``transformer=`` holds weights: random ones cannot apply (refused before
+    any weight is made, naming both keywords)."""
     import vidax
 
-    with pytest.raises(InputError, match=r"random_weights makes every weight.*weight_dtype='int8'"):
-        vidax.load_pipeline(configs_only, random_weights=True, weight_dtype="int8")
+    file = tmp_path / "t.safetensors"
+    file.write_bytes(b"")
+    with pytest.raises(InputError, match=r"random_weights makes every weight.*transformer="):
+        vidax.load_pipeline(configs_only, random_weights=True, transformer=str(file))
 
 
 def test_weights_are_made_in_their_mesh_sharding(configs_only):
@@ -150,16 +183,18 @@ def test_weights_are_made_in_their_mesh_sharding(configs_only):
 
 
 def test_cli_random_weights_flag_reaches_the_plan(configs_only, tmp_path):
-    """``vidax generate --random-weights`` plans with random weights: with --weights it is one
-    error line naming both flags as typed, before any weight is read."""
+    """``vidax generate --random-weights`` plans with random weights: with --transformer FILE it
+    is one error line naming both flags as typed, before any weight is read."""
     from typer.testing import CliRunner
 
     from vidax.cli import app
 
-    args = ["generate", "--checkpoint", configs_only, "--random-weights", "--weights", "int8", "--prompt", "a cat"]
+    file = tmp_path / "t.safetensors"
+    file.write_bytes(b"")
+    args = ["generate", "--checkpoint", configs_only, "--random-weights", "--transformer", str(file), "--prompt", "a"]
     r = CliRunner().invoke(app, args + ["--output", str(tmp_path / "v.npy")])
     assert r.exit_code == 2, r.output
-    assert "error: --random-weights makes every weight from the configs; --weights 'int8' cannot apply" in r.output
+    assert "error: --random-weights makes every weight from the configs; --transformer" in r.output
 
 
 def test_a_plan_takes_no_weight_format(configs_only):

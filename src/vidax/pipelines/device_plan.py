@@ -767,9 +767,9 @@ def remedies(
 
     if dp.dtype == "float32" and fits(dtype="bfloat16"):
         out.append(Arg("dtype", "bfloat16"))
-    # 8-bit kernels only where the run takes them (random weights refuse a weight format), with
-    # bfloat16 named as its own argument where the plan's float32 needs it too
-    if plan.checkpoint.weights is None and not plan.checkpoint.random_weights:
+    # 8-bit kernels where none are asked for yet, with bfloat16 named as its own argument where
+    # the plan's float32 needs it too
+    if plan.checkpoint.weights is None:
         if fits(weights="int8"):
             out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels)"))
         elif dp.dtype == "float32" and fits(weights="int8", dtype="bfloat16"):

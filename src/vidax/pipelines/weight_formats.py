@@ -63,19 +63,18 @@ def with_random_weights(checkpoint: Checkpoint, random_weights: bool = True) -> 
     pieces (so a prompt's ids fit any text encoder's vocabulary) plus the special tokens prompt
     templates look up, in random-weights mode only.
 
+    An 8-bit ``weight_dtype`` applies: the transformer's Linear kernels are made as 8-bit
+    kernels with their scales (what the memory plan and the step of such a run measure).
+
     Raises:
-        InputError: ``random_weights`` with ``weight_dtype=`` or a single-file ``transformer=``.
+        InputError: ``random_weights`` with a single-file ``transformer=``.
     """
     if not random_weights:
         return checkpoint
-    if checkpoint.weights is not None or checkpoint.files:
+    if checkpoint.files:
         from vidax.errors import Arg
 
-        given = (
-            Arg("weight_dtype", checkpoint.weights)
-            if checkpoint.weights is not None
-            else Arg("transformer", next(iter(checkpoint.files.values())))
-        )
+        given = Arg("transformer", next(iter(checkpoint.files.values())))
         raise InputError(
             Arg("random_weights"), " makes every weight from the configs; ", given, " cannot apply; leave it out"
         )

@@ -163,14 +163,15 @@ def _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, m
     from vidax.weights.random_weights import random_module, rules_from_config
 
     what = f"{spec.kind} ({spec.class_name})"
-    if weights is not None or file is not None:
-        given = f"weight_dtype={weights!r}" if weights is not None else f"transformer={os.fspath(file)!r}"
-        raise InputError(f"random_weights=True makes the {what} weights from its config; {given} cannot apply")
+    if file is not None:
+        raise InputError(
+            f"random_weights=True makes the {what} weights from its config; transformer={os.fspath(file)!r} cannot apply"
+        )
     stacks = spec.block_stacks or getattr(spec.model_class(), "stacked_paths", ())  # a text encoder's: in host memory
     stream = resolve_offload(offload) if stacks else None
     return random_module(
         _model_maker(spec, config, dtype, mesh, model_kwargs),
-        DtypePolicy(dtype, spec.fp32()),
+        DtypePolicy(dtype, spec.fp32(), weights),
         placement,
         rules_from_config(spec, config),
         block_stacks=stacks,

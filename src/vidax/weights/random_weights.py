@@ -13,7 +13,10 @@ index and a per-parameter seed), uniform with a mean and spread by the parameter
 * a kernel of rank >= 2: mean 0, std ``1/sqrt(fan_in)`` (``fan_in``: the product of its
   dimensions but the last, the layer axis of a stacked block left out);
 * everything else (biases, embeddings, modulation tables): mean 0, std 0.02;
-* integer parameters: zeros.
+* integer parameters: zeros;
+* with an 8-bit ``weight_dtype`` (``policy.weights``), each quantized Linear's ``kernel`` is made
+  in that format (int8: integers uniform in [-127, 127]; float8: as any kernel) and its
+  ``kernel_scale`` constant, so that the kernel times its scale has the float kernel's spread.
 
 A streamed stack's chunks hold the same values as the rows of the resident stack (the hash runs
 over the stack's element indices), so a model streamed and resident compute the same video.
@@ -104,6 +107,9 @@ def _filler(shape: tuple[int, ...], dtype: np.dtype, sharding: jax.sharding.Shar
     few compile, each small)."""
 
     def fill(seed, offset, mean, std):
+        if dtype == np.int8:  # an 8-bit kernel: whole numbers of the int8 range
+            u = mean + std * math.sqrt(12.0) * _hashed_uniform(shape, seed, offset)
+            return jnp.clip(jnp.round(u), -127, 127).astype(dtype)
         if not jnp.issubdtype(dtype, jnp.floating):
             return jnp.zeros(shape, dtype)
         return (mean + std * math.sqrt(12.0) * _hashed_uniform(shape, seed, offset)).astype(dtype)
@@ -132,6 +138,24 @@ def random_array(
 ) -> jax.Array:
     """One array of :class:`Fill` ``(shape, dtype, sharding, seed, mean, std, offset)``."""
     return random_arrays([Fill(tuple(shape), dtype, sharding, seed, mean, std, offset)])[0]
+
+
+def _quantized_scale(path: tuple, abstract: dict, stacked: dict) -> tuple[float, float] | None:
+    """``(mean, std)`` of an 8-bit Linear's ``kernel`` or ``kernel_scale`` (None for any other
+    parameter): an int8 kernel spans its range (std 127 / sqrt(3)) and its scale is the float
+    kernel's std over that; a float8 kernel is made as a float one, with scale 1."""
+    from vidax.nn.quant import SCALE
+
+    leaf = str(path[-1])
+    kernel = path[:-1] + ("kernel",)
+    if leaf not in ("kernel", SCALE) or path[:-1] + (SCALE,) not in abstract:
+        return None
+    target = abstract[kernel].get_value()
+    int8 = target.dtype == np.int8
+    if leaf == "kernel":
+        return (0.0, 127.0 / math.sqrt(3.0)) if int8 else None
+    _, std = value_scale(kernel, target.shape, kernel in stacked)
+    return (std * math.sqrt(3.0) / 127.0, 0.0) if int8 else (1.0, 0.0)
 
 
 def _path_seed(path: tuple, seed: int) -> int:
@@ -170,6 +194,11 @@ def random_module(
     Returns:
         A :class:`~vidax.weights.loader.PendingLoad` (its ``abstract``: the parameters).
     """
+    if policy.weights is not None:
+        from vidax.nn.quant import quantize_structure
+
+        plain, fmt = make, policy.weights
+        make = lambda: quantize_structure(plain(), fmt, policy.keep_fp32)  # noqa: E731
     graphdef, abstract = abstract_params(make)
     stacked = _stack_axes(abstract, rules)
     streamed = tuple(block_stacks) if stream is not None else ()
@@ -189,7 +218,7 @@ def random_module(
             floating = jnp.issubdtype(target.dtype, jnp.floating)
             sds = jax.ShapeDtypeStruct(target.shape, policy.dtype_for(path) if floating else target.dtype)
             sharding = placement(path, sds) if placement is not None else jax.sharding.SingleDeviceSharding(device)
-            mean, std = value_scale(path, sds.shape, path in stacked)
+            mean, std = _quantized_scale(path, abstract, stacked) or value_scale(path, sds.shape, path in stacked)
             base = _path_seed(path, seed)
             if stack_of(path, streamed) is not None:
                 total, row = sds.shape[0], math.prod(sds.shape[1:])
