@@ -158,6 +158,41 @@ def watchdog(row: dict, out: str | None, deadline: float) -> threading.Thread:
     return thread
 
 
+#: Host memory available below which :func:`host_guard` ends the run with its row: a TPU machine
+#: whose RAM runs out is taken away whole, with nothing of the call coming back.
+HOST_FLOOR_BYTES = 3 * 2**30
+
+
+def host_guard(row: dict, out: str | None, floor: int = HOST_FLOOR_BYTES, period: float = 0.1) -> threading.Thread:
+    """A daemon thread that, when the host's available memory (``psutil``) falls below ``floor``,
+    prints every thread's stack (where the run was), appends the row so far (``killed``, with the
+    memory left) to ``out`` and ends the process (exit status 4), before the machine's own
+    out-of-memory killer takes everything."""
+    import faulthandler
+
+    import psutil
+
+    def watch() -> None:
+        while True:
+            available = psutil.virtual_memory().available
+            if available < floor:
+                break
+            time.sleep(period)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        row["killed"] = (
+            f"host memory available fell to {available / 2**30:.1f} GiB (floor {floor / 2**30:.1f}) "
+            f"{process_age_s():.0f} s into the process (stacks on stderr)"
+        )
+        row["process_wall_s"] = round(process_age_s(), 2)
+        report(row, out)
+        sys.stderr.flush()
+        os._exit(4)
+
+    thread = threading.Thread(target=watch, name="tpu_e2e-host-guard", daemon=True)
+    thread.start()
+    return thread
+
+
 def run(args, hard_stop: bool = False) -> dict:
     """One end-to-end run (see the module docstring); the row. ``hard_stop``: a :func:`watchdog`
     ends the process past ``--budget-s`` (the command line's runs; a caller's process is not ended)."""
@@ -225,6 +260,8 @@ def run(args, hard_stop: bool = False) -> dict:
     deadline = None if args.budget_s is None else time.perf_counter() - process_age_s() + args.budget_s
     if deadline is not None and hard_stop:
         watchdog(row, args.out, deadline)
+    if hard_stop:
+        host_guard(row, args.out)
     marks: list[float] = []
 
     def on_step_end(pipe, i, t, kwargs):

@@ -158,3 +158,21 @@ def test_tpu_e2e_watchdog_ends_a_stuck_call_with_its_row(tmp_path):
     assert "time.sleep(60)" in proc.stderr or "<module>" in proc.stderr  # the main thread's stack
     row = json.loads(out.read_text().splitlines()[-1])
     assert row["line"] == "stuck" and row["killed"].startswith("still running")
+
+
+def test_tpu_e2e_host_guard_ends_the_run_with_its_row(tmp_path):
+    """Below the host-memory floor the guard ends the process (status 4) with the row so far and
+    where it was, before the machine's out-of-memory killer would take the whole call (here a floor
+    above any machine's memory, in a child process)."""
+    import subprocess
+
+    out = tmp_path / "rows.jsonl"
+    code = (
+        f"import sys, time; sys.path.insert(0, {BENCHMARKS!r}); import tpu_e2e; "
+        f"tpu_e2e.host_guard({{'line': 'x'}}, {str(out)!r}, floor=1 << 60); time.sleep(60)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 4, r.stderr
+    row = json.loads(out.read_text().splitlines()[-1])
+    assert row["line"] == "x" and row["killed"].startswith("host memory available fell to")
+    assert "tpu_e2e-host-guard" in r.stderr or "Thread" in r.stderr  # the stacks
