@@ -137,21 +137,28 @@ def process_age_s() -> float:
 HARD_STOP_GRACE_S = 40.0
 
 
+def _end_process(row: dict, out: str | None, why: str, status: int) -> None:
+    """Every thread's stack on stderr (where the run was), the row so far with ``killed = why``
+    appended to ``out``, and the process ended with ``status`` at once."""
+    import faulthandler
+
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    row["killed"] = why
+    row["process_wall_s"] = round(process_age_s(), 2)
+    report(row, out)
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def watchdog(row: dict, out: str | None, deadline: float) -> threading.Thread:
     """A daemon thread that, at ``deadline`` (``time.perf_counter()``) plus
     :data:`HARD_STOP_GRACE_S`, prints every thread's stack (where the call was) and the row so far
     (``killed``), appends it to ``out`` and ends the process (exit status 3): the row and the
     stack come back inside the device call instead of being lost to its time limit."""
-    import faulthandler
 
     def fire() -> None:
         time.sleep(max(0.0, deadline + HARD_STOP_GRACE_S - time.perf_counter()))
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        row["killed"] = f"still running {HARD_STOP_GRACE_S:.0f} s after --budget-s (stacks on stderr)"
-        row["process_wall_s"] = round(process_age_s(), 2)
-        report(row, out)
-        sys.stderr.flush()
-        os._exit(3)
+        _end_process(row, out, f"still running {HARD_STOP_GRACE_S:.0f} s after --budget-s (stacks on stderr)", 3)
 
     thread = threading.Thread(target=fire, name="tpu_e2e-watchdog", daemon=True)
     thread.start()
@@ -168,25 +175,16 @@ def host_guard(row: dict, out: str | None, floor: int = HOST_FLOOR_BYTES, period
     prints every thread's stack (where the run was), appends the row so far (``killed``, with the
     memory left) to ``out`` and ends the process (exit status 4), before the machine's own
     out-of-memory killer takes everything."""
-    import faulthandler
-
     import psutil
 
     def watch() -> None:
-        while True:
-            available = psutil.virtual_memory().available
-            if available < floor:
-                break
+        while (available := psutil.virtual_memory().available) >= floor:
             time.sleep(period)
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        row["killed"] = (
+        why = (
             f"host memory available fell to {available / 2**30:.1f} GiB (floor {floor / 2**30:.1f}) "
             f"{process_age_s():.0f} s into the process (stacks on stderr)"
         )
-        row["process_wall_s"] = round(process_age_s(), 2)
-        report(row, out)
-        sys.stderr.flush()
-        os._exit(4)
+        _end_process(row, out, why, 4)
 
     thread = threading.Thread(target=watch, name="tpu_e2e-host-guard", daemon=True)
     thread.start()
