@@ -24,7 +24,7 @@ from vidax.nn.inputs import parse_dtype, parsed_dtype
 from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.common import check_task, status
 from vidax.pipelines.experts import Experts
-from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
+from vidax.pipelines.plan import Plan, parsed_dtype_options, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
 from vidax.pipelines.spec import check_load_options, diffusers_classes
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
@@ -408,6 +408,7 @@ class Loading:
         if isinstance(path, (str, os.PathLike)):  # a hub id: from the cache only with local_files_only=True
             path = resolve_checkpoint(resolve_named_checkpoint(path), bool(options.pop("local_files_only", False)))
         check_load_options(cls, options)
+        options = parsed_dtype_options(cls, options)  # vae_dtype=, text_encoder_dtype=: parsed once, here
         parse_matmul_precision(matmul_precision)
         plan = plan_of(cls, path, given=given, **weight_format)
         plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight
@@ -512,15 +513,16 @@ def plan_staging(
             if ckpt.has(n)
         }
     )
+    dtype = parsed_dtype(dtype, "plan_staging")
     return plan_pipeline_staging(
         paths,
-        parsed_dtype(dtype, "plan_staging"),
-        parse_dtype(vae_dtype),
+        dtype,
+        parsed_dtype(vae_dtype, "plan_staging"),
         offload,
         mesh,
         blocks_prefixes=spec.block_stacks,
         weights=ckpt.weights,
-        text_encoder_dtype=dtype if text_encoder_dtype is None else parse_dtype(text_encoder_dtype),
+        text_encoder_dtype=dtype if text_encoder_dtype is None else parsed_dtype(text_encoder_dtype, "plan_staging"),
         stageable=tuple(family.stageable),
     )
 
@@ -535,7 +537,9 @@ class Weighted:
             option (``"vae_dtype"``, ``"text_encoder_dtype"``), a dtype name (``"float32"``), or
             None (the component's own, as its registry entry loads it).
         none_is_dtype: the option's None means the pipeline's ``dtype`` (HunyuanVideo's
-            ``text_encoder_dtype``); otherwise None is refused as any invalid dtype.
+            ``text_encoder_dtype``, whose ``load_components`` default is None); otherwise None is
+            refused at the front door, naming the keyword
+            (:func:`~vidax.pipelines.plan.parsed_dtype_options`).
         mesh: placed on the device mesh (sharded by its rules).
         offload: its blocks streamed from host memory where the load asks (``offload=``).
         staged: it may wait in host memory between uses (the load's staging).
@@ -580,11 +584,13 @@ class ComponentTable:
     ) -> dict[str, Any]:
         """name -> module of every component of the table but those in ``skip`` (weighted rows the
         checkpoint does not have; ``options``: the family's loading keywords the rows' ``dtype``
-        names, e.g. ``vae_dtype``).
+        names, e.g. ``vae_dtype``, parsed at the front door:
+        :func:`~vidax.pipelines.plan.parsed_dtype_options`).
 
         Raises:
-            InputError: an invalid dtype option (as ``parse_dtype``); see :func:`load_weighted`.
-            TypeError: ``dtype`` not parsed (:func:`~vidax.nn.inputs.parsed_dtype`).
+            InputError: see :func:`load_weighted`.
+            TypeError: ``dtype`` or a dtype option not parsed (a name, or None where the row does
+                not mean the pipeline's dtype by it: :func:`~vidax.nn.inputs.parsed_dtype`).
         """
         dtype = parsed_dtype(dtype, "ComponentTable.load")
         ckpt = info.checkpoint
@@ -598,7 +604,7 @@ class ComponentTable:
                 row_dtype = None if row.dtype is None else dtype
             elif row.dtype in options:
                 value = options[row.dtype]
-                row_dtype = parse_dtype(dtype if value is None and row.none_is_dtype else value)
+                row_dtype = parsed_dtype(dtype if value is None and row.none_is_dtype else value, "ComponentTable.load")
             else:
                 row_dtype = parse_dtype(row.dtype)
             requests[name] = dict(
