@@ -28,7 +28,7 @@ def test_rows_become_loader_requests_in_order(loads):
         files={"tokenizer": lambda folder: ("tok", folder)},
         weighted={
             "text_encoder": Weighted(dtype="text_encoder_dtype", none_is_dtype=True, mesh=True, staged=True),
-            "image_encoder": Weighted(dtype="float32"),
+            "image_encoder": Weighted(dtype=jnp.float32),
             "transformer": TRANSFORMER,
             "vae": VAE,
             "connectors": TEXT_ENCODER,
@@ -57,13 +57,19 @@ def test_rows_become_loader_requests_in_order(loads):
 
 
 def test_a_dtype_option_is_taken_parsed_only(loads):
-    """The dtype options come parsed from the front door (``parsed_dtype_options``): a name (or
-    None where the row does not mean the pipeline's dtype by it) is a TypeError naming the
-    table's load, before anything is loaded."""
+    """The dtype options come parsed from the front door (``parsed_dtype_options``) and a row's
+    own dtype is a jnp dtype: a name (or None where the row does not mean the pipeline's dtype
+    by it, or an option the family did not pass) is a TypeError naming the table's load, before
+    anything is loaded."""
     table = ComponentTable(files={}, weighted={"vae": VAE})
     for value in ("float16", "fp32", None):
         with pytest.raises(TypeError, match=rf"^ComponentTable.load takes a parsed dtype .*got {value!r}"):
             table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, vae_dtype=value)
+    with pytest.raises(TypeError, match=r"^ComponentTable.load takes a parsed dtype .*got 'vae_dtype'"):
+        table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None)  # the family passed none
+    own = ComponentTable(files={}, weighted={"image_encoder": Weighted(dtype="float32")})  # a row's own: jnp.float32
+    with pytest.raises(TypeError, match=r"^ComponentTable.load takes a parsed dtype .*got 'float32'"):
+        own.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None)
     assert loads == []
 
 

@@ -534,8 +534,8 @@ class Weighted:
 
     Attributes:
         dtype: the loading keyword giving its dtype: ``"dtype"`` (the pipeline's), a family's
-            option (``"vae_dtype"``, ``"text_encoder_dtype"``), a dtype name (``"float32"``), or
-            None (the component's own, as its registry entry loads it).
+            option (``"vae_dtype"``, ``"text_encoder_dtype"``); or a dtype of its own
+            (``jnp.float32``); or None (the component's own, as its registry entry loads it).
         none_is_dtype: the option's None means the pipeline's ``dtype`` (HunyuanVideo's
             ``text_encoder_dtype``, whose ``load_components`` default is None); otherwise None is
             refused at the front door, naming the keyword
@@ -548,7 +548,7 @@ class Weighted:
             the load's ``offload_experts`` is true (its default), so the device never holds both.
     """
 
-    dtype: str | None = "dtype"
+    dtype: Any = "dtype"
     none_is_dtype: bool = False
     mesh: bool = False
     offload: bool = False
@@ -605,8 +605,8 @@ class ComponentTable:
             elif row.dtype in options:
                 value = options[row.dtype]
                 row_dtype = parsed_dtype(dtype if value is None and row.none_is_dtype else value, "ComponentTable.load")
-            else:
-                row_dtype = parse_dtype(row.dtype)
+            else:  # the row's own dtype; an option the family did not pass is a TypeError here
+                row_dtype = parsed_dtype(row.dtype, "ComponentTable.load")
             requests[name] = dict(
                 dtype=row_dtype,
                 mesh=mesh if row.mesh else None,

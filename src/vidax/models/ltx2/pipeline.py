@@ -378,7 +378,7 @@ class LTX2StepInputs(StepInputs):
 
 #: The components: Gemma and the text connectors on the mesh, the duration head (LTX-2.5 only),
 #: the transformer, the VAE in ``vae_dtype``, the audio VAE and vocoder in float32.
-SOUND = Weighted(dtype="float32", staged=True)
+SOUND = Weighted(dtype=jnp.float32, staged=True)
 COMPONENTS = ComponentTable(
     files={"tokenizer": TextTokenizer},
     weighted={

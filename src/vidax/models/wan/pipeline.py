@@ -57,7 +57,7 @@ COMPONENTS = ComponentTable(
         "transformer_2": Weighted(mesh=True, offload=True, expert_to_host=True),
         "transformer": TRANSFORMER,
         "vae": VAE,
-        "image_encoder": Weighted(dtype="float32"),
+        "image_encoder": Weighted(dtype=jnp.float32),
     },
 )
 
