@@ -1069,10 +1069,10 @@ def test_a_dtype_is_parsed_at_the_front_door_and_taken_parsed_inside(ckpt, monke
 
 
 def test_the_dtype_options_are_parsed_at_the_front_door(ckpt, weight_reads):
-    """``vae_dtype=`` / ``text_encoder_dtype=`` are parsed as ``dtype=`` is: once, at the front door
-    (``from_pretrained``; the plan's ``with_placement`` for a name given to it), refused there
-    naming the keyword as given, before any weight is read; the plan carries them parsed, a None
-    only where the family means its dtype by it, and the code behind takes only a parsed dtype."""
+    """``vae_dtype=`` / ``text_encoder_dtype=`` are parsed once, in the plan's ``with_placement``
+    (which ``from_pretrained`` and the command line pass), refused there naming the keyword as
+    given, before any weight is read; the plan carries them parsed, a None only where the family
+    means its dtype by it, and the code behind takes only a parsed dtype."""
     from vidax.models.cogvideox.pipeline import CogVideoXPipeline
     from vidax.models.hunyuan_video.pipeline import HunyuanVideoPipeline
     from vidax.pipelines.loading import plan_staging

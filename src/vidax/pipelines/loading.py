@@ -24,7 +24,7 @@ from vidax.nn.inputs import parse_dtype, parsed_dtype
 from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.common import check_task, status
 from vidax.pipelines.experts import Experts
-from vidax.pipelines.plan import Plan, parsed_dtype_options, pipeline_class, read_plan, with_placement
+from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
 from vidax.pipelines.spec import check_load_options, diffusers_classes
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
@@ -408,7 +408,6 @@ class Loading:
         if isinstance(path, (str, os.PathLike)):  # a hub id: from the cache only with local_files_only=True
             path = resolve_checkpoint(resolve_named_checkpoint(path), bool(options.pop("local_files_only", False)))
         check_load_options(cls, options)
-        options = parsed_dtype_options(cls, options)  # vae_dtype=, text_encoder_dtype=: parsed once, here
         parse_matmul_precision(matmul_precision)
         plan = plan_of(cls, path, given=given, **weight_format)
         plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight

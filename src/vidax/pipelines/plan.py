@@ -173,7 +173,8 @@ def with_placement(
     micro_batch: int | None = None,
     **options: Any,
 ) -> Plan:
-    """``plan`` with where its weights go: the loading options checked, the matmul precision
+    """``plan`` with where its weights go: the loading options checked (the dtype options parsed,
+    :func:`parsed_dtype_options`), the matmul precision
     parsed, ``dtype`` taken as a front door parsed it (``jnp.float32`` / ``jnp.bfloat16``:
     ``load_pipeline`` / ``from_pretrained``, the command line) or, for a caller of the plan's
     functions themselves (``read_plan`` -> ``with_placement``, as the benchmarks), a name parsed
@@ -233,11 +234,12 @@ DTYPE_OPTIONS = ("vae_dtype", "text_encoder_dtype")
 
 def parsed_dtype_options(pipeline: type, options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with each of :data:`DTYPE_OPTIONS` parsed (:func:`~vidax.nn.inputs.parse_dtype`:
-    ``jnp.float32`` / ``jnp.bfloat16``): the one parse of the user's value, at a front door
-    (``from_pretrained``, and :func:`with_placement` for a name given to the plan's functions);
-    a value parsed already is kept as it is. None stays None where ``pipeline``'s
-    ``load_components`` default is None (HunyuanVideo's ``text_encoder_dtype``: the pipeline's
-    dtype); the loading behind takes only parsed dtypes.
+    ``jnp.float32`` / ``jnp.bfloat16``): the one parse of the user's value, in
+    :func:`with_placement`, which every load passes before any weight is read
+    (``from_pretrained``, ``vidax generate`` / ``serve``, the plan's own callers); a value parsed
+    already is kept as it is. None stays None where ``pipeline``'s ``load_components`` default is
+    None (HunyuanVideo's ``text_encoder_dtype``: the pipeline's dtype); the loading behind takes
+    only parsed dtypes.
 
     Raises:
         InputError: a dtype vidax does not run, or None where it means nothing, naming the
