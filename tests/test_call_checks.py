@@ -1068,6 +1068,30 @@ def test_a_dtype_is_parsed_at_the_front_door_and_taken_parsed_inside(ckpt, monke
         table.load(plan.info, dtype="fp32", mesh=None, offload=None, staging=None, vae_dtype=jnp.float32)
 
 
+def test_the_dtype_options_are_parsed_at_the_front_door(ckpt, weight_reads):
+    """``vae_dtype=`` / ``text_encoder_dtype=`` are parsed once, in the plan's ``with_placement``
+    (which ``from_pretrained`` and the command line pass), refused there naming the keyword as
+    given, before any weight is read; the plan carries them parsed, a None only where the family
+    means its dtype by it, and the code behind takes only a parsed dtype."""
+    from vidax.models.cogvideox.pipeline import CogVideoXPipeline
+    from vidax.models.hunyuan_video.pipeline import HunyuanVideoPipeline
+    from vidax.pipelines.loading import plan_staging
+    from vidax.pipelines.plan import parsed_dtype_options, read_plan, with_placement
+
+    with pytest.raises(InputError, match=r"^vae_dtype='float16' is not supported; use float32 or bfloat16"):
+        vidax.load_pipeline(ckpt, vae_dtype="float16", progress=False)
+    assert weight_reads == {"headers": [], "data": []}
+    plan = read_plan(ckpt)
+    assert with_placement(plan, vae_dtype=" BF16 ").options["vae_dtype"] is jnp.bfloat16
+    with pytest.raises(InputError, match=r"^vae_dtype=None is not supported"):
+        with_placement(plan, vae_dtype=None)
+    assert parsed_dtype_options(HunyuanVideoPipeline, {"text_encoder_dtype": None}) == {"text_encoder_dtype": None}
+    with pytest.raises(InputError, match=r"^text_encoder_dtype=None is not supported"):  # CogVideoX's means nothing
+        parsed_dtype_options(CogVideoXPipeline, {"text_encoder_dtype": None})
+    with pytest.raises(TypeError, match=r"^plan_staging takes a parsed dtype .*got 'bf16'"):
+        plan_staging(plan.pipeline.family, plan.info, jnp.float32, "bf16", None, None)
+
+
 def test_mesh_sizes_are_positive_integers():
     from vidax.parallel.mesh import mesh_from_sizes
 

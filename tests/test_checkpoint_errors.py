@@ -238,8 +238,10 @@ def test_config_reference_table_is_diffusers():
 @pytest.mark.fast
 def test_a_key_diffusers_ignores_is_ignored(caplog):
     """A config key the diffusers class its ``_class_name`` names does not take (a newer
-    diffusers' key, a note) is ignored with one warning, as diffusers does; a config that names
-    no class vidax knows the reference's keys of stays strict."""
+    diffusers' key, a note) is ignored with a warning on every parse of a dict, as diffusers'
+    ``from_config`` gives it; a config that names no class vidax knows the reference's keys of
+    stays strict."""
+    from vidax.config import ConfigFile
     from vidax.errors import ConfigError
     from vidax.models.wan.config import WanTransformerConfig
     from vidax.schedulers import scheduler_from_config
@@ -250,8 +252,13 @@ def test_a_key_diffusers_ignores_is_ignored(caplog):
             got = WanTransformerConfig.from_config_dict(
                 {"_class_name": "WanTransformer3DModel", "future_key": 3}, source="t.json"
             )
+        # a checkpoint's config (as Checkpoint.open reads it): once per read, however often parsed
+        for _ in range(2):  # two loads, two reads of the file
+            read = ConfigFile({"_class_name": "WanTransformer3DModel", "future_key": 3})
+            for _ in range(3):  # a load parses it more than once
+                WanTransformerConfig.from_config_dict(read, source="t.json")
     assert got == base
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records] == 4 * [
         "t.json: future_key=3 is not a setting of diffusers' WanTransformer3DModel, which ignores it; ignored"
     ]
     from vidax.default_checkpoint import SCHEDULER
@@ -261,9 +268,12 @@ def test_a_key_diffusers_ignores_is_ignored(caplog):
         WanTransformerConfig.from_config_dict({"future_key": 3}, source="t.json")
 
 
-def test_pipeline_with_keys_diffusers_ignores(copy):
+def test_pipeline_with_keys_diffusers_ignores(copy, caplog):
     """A checkpoint whose text encoder, transformer, VAE, scheduler and model_index.json carry
-    keys diffusers (and transformers) ignore loads and makes the video it makes without them."""
+    keys diffusers (and transformers) ignore loads and makes the video it makes without them,
+    warning once per config file and load (as diffusers' one ``from_config`` per component;
+    vidax parses a config several times while it loads: the record is the read file's,
+    :class:`vidax.config.ConfigFile`)."""
     import vidax
 
     call = dict(prompt="a cat", height=32, width=32, num_frames=5, num_inference_steps=1, seed=0, progress=False)
@@ -279,4 +289,10 @@ def test_pipeline_with_keys_diffusers_ignores(copy):
         config = json.loads(file.read_text())
         config.update(future_key=3, _name_or_path="someone/model")
         file.write_text(json.dumps(config))
-    np.testing.assert_array_equal(vidax.load_pipeline(str(copy), progress=False)(**call).frames, want)
+    with caplog.at_level("WARNING", logger="vidax.config"):
+        pipe = vidax.load_pipeline(str(copy), progress=False)
+    np.testing.assert_array_equal(pipe(**call).frames, want)
+    warned = sorted(r.getMessage() for r in caplog.records)
+    files = ["scheduler/scheduler_config.json", *(f"{c}/config.json" for c in ("text_encoder", "transformer", "vae"))]
+    assert [m.split(": ")[0] for m in warned] == [f"{copy}/{f}" for f in files]
+    assert all(": future_key=3 is not a setting of " in m for m in warned)

@@ -6,7 +6,6 @@ from types import SimpleNamespace
 import jax.numpy as jnp
 import pytest
 
-from vidax.errors import InputError
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
 
 
@@ -29,7 +28,7 @@ def test_rows_become_loader_requests_in_order(loads):
         files={"tokenizer": lambda folder: ("tok", folder)},
         weighted={
             "text_encoder": Weighted(dtype="text_encoder_dtype", none_is_dtype=True, mesh=True, staged=True),
-            "image_encoder": Weighted(dtype="float32"),
+            "image_encoder": Weighted(dtype=jnp.float32),
             "transformer": TRANSFORMER,
             "vae": VAE,
             "connectors": TEXT_ENCODER,
@@ -37,7 +36,13 @@ def test_rows_become_loader_requests_in_order(loads):
     )
     mesh, offload, staging = object(), object(), object()
     modules = table.load(
-        INFO, dtype=jnp.bfloat16, mesh=mesh, offload=offload, staging=staging, text_encoder_dtype=None, vae_dtype="fp32"
+        INFO,
+        dtype=jnp.bfloat16,
+        mesh=mesh,
+        offload=offload,
+        staging=staging,
+        text_encoder_dtype=None,
+        vae_dtype=jnp.float32,
     )
     assert modules["tokenizer"] == ("tok", "/ckpt/tokenizer") and modules["scheduler"] == "<scheduler>"
     (requests,) = loads
@@ -51,12 +56,20 @@ def test_rows_become_loader_requests_in_order(loads):
     }
 
 
-def test_an_invalid_option_dtype_is_refused_before_loading(loads):
+def test_a_dtype_option_is_taken_parsed_only(loads):
+    """The dtype options come parsed from the front door (``parsed_dtype_options``) and a row's
+    own dtype is a jnp dtype: a name (or None where the row does not mean the pipeline's dtype
+    by it, or an option the family did not pass) is a TypeError naming the table's load, before
+    anything is loaded."""
     table = ComponentTable(files={}, weighted={"vae": VAE})
-    with pytest.raises(InputError, match="float16"):
-        table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, vae_dtype="float16")
-    with pytest.raises(InputError):  # None is no dtype unless the row says it means the pipeline's
-        table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, vae_dtype=None)
+    for value in ("float16", "fp32", None):
+        with pytest.raises(TypeError, match=rf"^ComponentTable.load takes a parsed dtype .*got {value!r}"):
+            table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, vae_dtype=value)
+    with pytest.raises(TypeError, match=r"^ComponentTable.load takes a parsed dtype .*got 'vae_dtype'"):
+        table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None)  # the family passed none
+    own = ComponentTable(files={}, weighted={"image_encoder": Weighted(dtype="float32")})  # a row's own: jnp.float32
+    with pytest.raises(TypeError, match=r"^ComponentTable.load takes a parsed dtype .*got 'float32'"):
+        own.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None)
     assert loads == []
 
 
@@ -68,7 +81,13 @@ def test_skipped_rows_and_a_components_own_dtype(loads):
     )
     staging = object()
     table.load(
-        INFO, dtype=jnp.bfloat16, mesh=None, offload=None, staging=staging, skip=("duration_head",), vae_dtype="bf16"
+        INFO,
+        dtype=jnp.bfloat16,
+        mesh=None,
+        offload=None,
+        staging=staging,
+        skip=("duration_head",),
+        vae_dtype=jnp.bfloat16,
     )
     assert loads == [
         {

@@ -394,9 +394,11 @@ def test_lora_merges_keep_the_kernel_layout(built, monkeypatch):
         jnp.asarray(rng.standard_normal((40, 4)), jnp.float32),
     )
     lora = [(down, up, jnp.float32(0.7))]
-    want = apply._add_layer(jnp.array(stack), jnp.int32(1), lora, [], kernel=True)
+    fns = {}  # a ParamStore's jitted merges
+    want = apply._add_layer(fns, jnp.array(stack), jnp.int32(1), lora, [], kernel=True)
     laid = onednn.to_kernel_layout(jnp.array(stack))
-    got = apply._add_layer(laid, jnp.int32(1), lora, [], kernel=True)
+    got = apply._add_layer(fns, laid, jnp.int32(1), lora, [], kernel=True)
+    assert len(fns) == 2  # one merge per output placement: row-major, oneDNN's layout
     assert onednn.has_kernel_layout(got)
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
     assert not np.array_equal(np.asarray(want[1], np.float32), np.asarray(stack[1], np.float32))  # it merged

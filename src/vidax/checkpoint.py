@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from vidax.config import read_json_object
+from vidax.config import ConfigFile, read_json_object
 from vidax.errors import Arg, CheckpointError, ConfigError
 
 #: ``task`` values of :func:`vidax.load_pipeline` and what they mean.
@@ -70,8 +70,9 @@ class Checkpoint:
         root: the folder.
         index: ``model_index.json``.
         configs: component name -> its parsed config (``config.json``, else
-            ``scheduler_config.json``, else ``preprocessor_config.json``) for every component
-            whose folder exists (``{}`` for folders without one, like ``tokenizer/``).
+            ``scheduler_config.json``, else ``preprocessor_config.json``; a
+            :class:`~vidax.config.ConfigFile`, which warns about a key its class ignores once) for
+            every component whose folder exists (``{}`` for folders without one, like ``tokenizer/``).
         config_files: component name -> the file its config came from.
         weights: None, or the 8-bit format its transformers' Linear kernels load in
             (:mod:`vidax.nn.quant`; ``load_pipeline(..., weight_dtype=)``).
@@ -128,7 +129,7 @@ class Checkpoint:
             for candidate in CONFIG_FILES:
                 path = os.path.join(folder, candidate)
                 if os.path.isfile(path):
-                    configs[name], files[name] = read_json_object(path), path
+                    configs[name], files[name] = ConfigFile(read_json_object(path)), path
                     break
         return cls(root, index, configs, files)
 
@@ -183,7 +184,7 @@ class Checkpoint:
         )
         if not config_file:
             raise CheckpointError(f"{folder} has none of {list(CONFIG_FILES)}")
-        config = read_json_object(config_file)
+        config = ConfigFile(read_json_object(config_file))
         given = config.get("_class_name")
         if given is not None and given != self.class_of(name):
             raise ConfigError(

@@ -153,27 +153,35 @@ def _ignored_by_reference(config: Mapping[str, Any], key: str) -> bool:
     return reference is not None and key not in reference[1]
 
 
+class ConfigFile(dict):
+    """A component's config as :meth:`vidax.checkpoint.Checkpoint.open` read it from its file: the
+    dict, and ``warned``, the keys of it a config class ignores that were warned about already.
+    A load parses a config more than once (its plan, its memory estimate, its weights); the
+    warning comes once per read of the file, as diffusers' one ``from_config`` per component
+    gives it once per load. A plain dict warns on every parse, as diffusers' ``from_config``."""
+
+    def __init__(self, config: Mapping[str, Any]):
+        super().__init__(config)
+        self.warned: set[str] = set()
+
+
 def _warn_ignored(config: Mapping[str, Any], ignored: Mapping[str, Any], source: str) -> None:
     """One warning line naming every key of ``ignored`` (those :func:`_ignored_by_reference`
-    found) not yet warned about for ``source`` in this process (a config is read more than once
-    while a pipeline loads): a scheduler swapped by ``from_config`` carries the old class's
-    settings, a dozen at a time."""
+    found), but those a :class:`ConfigFile` ``config`` was warned about already: a scheduler
+    swapped by ``from_config`` carries the old class's settings, a dozen at a time."""
     from vidax.config_reference import reference_config_keys
 
-    new = {k: v for k, v in ignored.items() if (source, k) not in _WARNED}
+    warned = getattr(config, "warned", set())
+    new = {k: v for k, v in ignored.items() if k not in warned}
     if not new:
         return
-    _WARNED.update((source, k) for k in new)
+    warned.update(new)
     keys = ", ".join(f"{k}={v!r}" for k, v in new.items())
     what = "is not a setting" if len(new) == 1 else "are not settings"
     them = "it" if len(new) == 1 else "them"
     logger.warning(
         "%s: %s %s of %s, which ignores %s; ignored", source, keys, what, reference_config_keys(config)[0], them
     )
-
-
-#: ``(file, key)`` of the ignored settings warned about in this process.
-_WARNED: set[tuple[str, str]] = set()
 
 
 #: Keys every transformers ``PretrainedConfig`` may write that do not change a text encoder's

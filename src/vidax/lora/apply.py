@@ -61,13 +61,16 @@ def _add_fn(buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
     return (buf.astype(jnp.float32) + _delta(buf.shape, kernel, lora, diffs)).astype(buf.dtype)
 
 
-@functools.lru_cache(maxsize=32)  # one entry per update function and placement in use
-def _jitted(fn: Callable, out_sharding: Any) -> Callable:
+def _jitted(fns: dict[tuple, Callable], fn: Callable, buf: jax.Array) -> Callable:
     """``fn`` jitted with its first argument (the buffer) donated, its result placed as
-    ``out_sharding`` (None: the default): a kernel stack in the CPU kernel layout keeps it, which
-    a donated buffer must (:func:`vidax.nn.kernels.stacks.with_layout_of`)."""
-    placed = {} if out_sharding is None else {"out_shardings": out_sharding}
-    return jax.jit(fn, static_argnames=("kernel",), donate_argnums=(0,), **placed)
+    :func:`_out` of ``buf``: a kernel stack in the CPU kernel layout keeps it, which a donated
+    buffer must (:func:`vidax.nn.kernels.stacks.with_layout_of`). Held in ``fns`` (a
+    :class:`ParamStore`'s, gone with its module), one per function and output placement."""
+    out = _out(buf)
+    if (fn, out) not in fns:
+        placed = {} if out is None else {"out_shardings": out}
+        fns[fn, out] = jax.jit(fn, static_argnames=("kernel",), donate_argnums=(0,), **placed)
+    return fns[fn, out]
 
 
 def _out(buf: jax.Array) -> Any:
@@ -76,14 +79,15 @@ def _out(buf: jax.Array) -> Any:
     return None if out is buf.sharding else out
 
 
-def _add_layer(buf: jax.Array, layer: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
-    """``buf`` (L, ...) with layer ``layer`` plus its float32 delta, in ``buf``'s dtype and layout (donated)."""
-    return _jitted(_add_layer_fn, _out(buf))(buf, layer, lora, diffs, kernel=kernel)
+def _add_layer(fns: dict, buf: jax.Array, layer: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
+    """``buf`` (L, ...) with layer ``layer`` plus its float32 delta, in ``buf``'s dtype and layout
+    (donated; ``fns``: the jitted functions, :func:`_jitted`)."""
+    return _jitted(fns, _add_layer_fn, buf)(buf, layer, lora, diffs, kernel=kernel)
 
 
-def _add(buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
-    """``buf`` plus its float32 delta, in ``buf``'s dtype and layout (donated)."""
-    return _jitted(_add_fn, _out(buf))(buf, lora, diffs, kernel=kernel)
+def _add(fns: dict, buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
+    """``buf`` plus its float32 delta, in ``buf``'s dtype and layout (donated; ``fns`` as :func:`_add_layer`)."""
+    return _jitted(fns, _add_fn, buf)(buf, lora, diffs, kernel=kernel)
 
 
 class _Slab:
@@ -121,6 +125,7 @@ class ParamStore:
         self._base: dict[tuple, Any] = {}  # (path, slab index) -> base array
         self._stacked: dict[tuple, bool] = {}
         self._gguf: dict[tuple, str] = {}  # densified GGUF kernel path -> its blocks' type
+        self._update_fns: dict[tuple, Callable] = {}  # the jitted merges (_jitted), this module's
         self._host_kind = host_memory_kind("auto")
 
     def _slabs(self, path: tuple, stacked: bool) -> list[_Slab]:
@@ -208,9 +213,9 @@ class ParamStore:
                     lora = [(jnp.asarray(t.a), jnp.asarray(t.b), jnp.float32(t.scale)) for t in lt if t.kind == "lora"]
                     diffs = [(jnp.asarray(t.a), jnp.float32(t.scale)) for t in lt if t.kind == "diff"]
                     if layer is None:
-                        buf = _add(buf, lora, diffs, kernel=kernel)
+                        buf = _add(self._update_fns, buf, lora, diffs, kernel=kernel)
                     else:
-                        buf = _add_layer(buf, jnp.int32(layer), lora, diffs, kernel=kernel)
+                        buf = _add_layer(self._update_fns, buf, jnp.int32(layer), lora, diffs, kernel=kernel)
                 if scales is not None:
                     buf, scale = _requantize(buf, fmt)
                     scales[i].put(_like(scale, scales[i].get()))

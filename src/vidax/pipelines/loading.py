@@ -512,15 +512,16 @@ def plan_staging(
             if ckpt.has(n)
         }
     )
+    dtype = parsed_dtype(dtype, "plan_staging")
     return plan_pipeline_staging(
         paths,
-        parsed_dtype(dtype, "plan_staging"),
-        parse_dtype(vae_dtype),
+        dtype,
+        parsed_dtype(vae_dtype, "plan_staging"),
         offload,
         mesh,
         blocks_prefixes=spec.block_stacks,
         weights=ckpt.weights,
-        text_encoder_dtype=dtype if text_encoder_dtype is None else parse_dtype(text_encoder_dtype),
+        text_encoder_dtype=dtype if text_encoder_dtype is None else parsed_dtype(text_encoder_dtype, "plan_staging"),
         stageable=tuple(family.stageable),
     )
 
@@ -532,10 +533,12 @@ class Weighted:
 
     Attributes:
         dtype: the loading keyword giving its dtype: ``"dtype"`` (the pipeline's), a family's
-            option (``"vae_dtype"``, ``"text_encoder_dtype"``), a dtype name (``"float32"``), or
-            None (the component's own, as its registry entry loads it).
+            option (``"vae_dtype"``, ``"text_encoder_dtype"``); or a dtype of its own
+            (``jnp.float32``); or None (the component's own, as its registry entry loads it).
         none_is_dtype: the option's None means the pipeline's ``dtype`` (HunyuanVideo's
-            ``text_encoder_dtype``); otherwise None is refused as any invalid dtype.
+            ``text_encoder_dtype``, whose ``load_components`` default is None); otherwise None is
+            refused at the front door, naming the keyword
+            (:func:`~vidax.pipelines.plan.parsed_dtype_options`).
         mesh: placed on the device mesh (sharded by its rules).
         offload: its blocks streamed from host memory where the load asks (``offload=``).
         staged: it may wait in host memory between uses (the load's staging).
@@ -544,7 +547,7 @@ class Weighted:
             the load's ``offload_experts`` is true (its default), so the device never holds both.
     """
 
-    dtype: str | None = "dtype"
+    dtype: Any = "dtype"
     none_is_dtype: bool = False
     mesh: bool = False
     offload: bool = False
@@ -580,11 +583,13 @@ class ComponentTable:
     ) -> dict[str, Any]:
         """name -> module of every component of the table but those in ``skip`` (weighted rows the
         checkpoint does not have; ``options``: the family's loading keywords the rows' ``dtype``
-        names, e.g. ``vae_dtype``).
+        names, e.g. ``vae_dtype``, parsed at the front door:
+        :func:`~vidax.pipelines.plan.parsed_dtype_options`).
 
         Raises:
-            InputError: an invalid dtype option (as ``parse_dtype``); see :func:`load_weighted`.
-            TypeError: ``dtype`` not parsed (:func:`~vidax.nn.inputs.parsed_dtype`).
+            InputError: see :func:`load_weighted`.
+            TypeError: ``dtype`` or a dtype option not parsed (a name, or None where the row does
+                not mean the pipeline's dtype by it: :func:`~vidax.nn.inputs.parsed_dtype`).
         """
         dtype = parsed_dtype(dtype, "ComponentTable.load")
         ckpt = info.checkpoint
@@ -598,9 +603,9 @@ class ComponentTable:
                 row_dtype = None if row.dtype is None else dtype
             elif row.dtype in options:
                 value = options[row.dtype]
-                row_dtype = parse_dtype(dtype if value is None and row.none_is_dtype else value)
-            else:
-                row_dtype = parse_dtype(row.dtype)
+                row_dtype = parsed_dtype(dtype if value is None and row.none_is_dtype else value, "ComponentTable.load")
+            else:  # the row's own dtype; an option the family did not pass is a TypeError here
+                row_dtype = parsed_dtype(row.dtype, "ComponentTable.load")
             requests[name] = dict(
                 dtype=row_dtype,
                 mesh=mesh if row.mesh else None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -172,7 +173,8 @@ def with_placement(
     micro_batch: int | None = None,
     **options: Any,
 ) -> Plan:
-    """``plan`` with where its weights go: the loading options checked, the matmul precision
+    """``plan`` with where its weights go: the loading options checked (the dtype options parsed,
+    :func:`parsed_dtype_options`), the matmul precision
     parsed, ``dtype`` taken as a front door parsed it (``jnp.float32`` / ``jnp.bfloat16``:
     ``load_pipeline`` / ``from_pretrained``, the command line) or, for a caller of the plan's
     functions themselves (``read_plan`` -> ``with_placement``, as the benchmarks), a name parsed
@@ -200,6 +202,7 @@ def with_placement(
     dtype = dtype if is_parsed_dtype(dtype) else parse_dtype(dtype)  # parsed once, on any way in
     spec = plan.spec
     spec.check_load_options(options)
+    options = parsed_dtype_options(plan.pipeline, options)  # as dtype: names parsed, parsed ones kept
     matmul_precision = parse_matmul_precision(matmul_precision)
     check_backend()
     check_matmul_setting()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
@@ -223,6 +226,36 @@ def with_placement(
         asked_micro_batch=micro_batch,
     )
     return with_device_plan(plan, offload)
+
+
+#: The loading options that give a component's dtype (keywords of a family's ``load_components``).
+DTYPE_OPTIONS = ("vae_dtype", "text_encoder_dtype")
+
+
+def parsed_dtype_options(pipeline: type, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with each of :data:`DTYPE_OPTIONS` parsed (:func:`~vidax.nn.inputs.parse_dtype`:
+    ``jnp.float32`` / ``jnp.bfloat16``): the one parse of the user's value, in
+    :func:`with_placement`, which every load passes before any weight is read
+    (``from_pretrained``, ``vidax generate`` / ``serve``, the plan's own callers); a value parsed
+    already is kept as it is. None stays None where ``pipeline``'s ``load_components`` default is
+    None (HunyuanVideo's ``text_encoder_dtype``: the pipeline's dtype); the loading behind takes
+    only parsed dtypes.
+
+    Raises:
+        InputError: a dtype vidax does not run, or None where it means nothing, naming the
+            keyword as given (``vae_dtype='float16'``) and the valid values.
+    """
+    from vidax.nn.inputs import is_parsed_dtype, parse_dtype
+
+    defaults = inspect.signature(pipeline.family.load_components).parameters
+    parsed = dict(options)
+    for key in DTYPE_OPTIONS:
+        if key not in parsed or is_parsed_dtype(parsed[key]):
+            continue
+        if parsed[key] is None and (key not in defaults or defaults[key].default is None):
+            continue
+        parsed[key] = parse_dtype(parsed[key], key)
+    return parsed
 
 
 def default_call(plan: Plan) -> Any:

@@ -86,7 +86,9 @@ def scheduler_from_config(
     if spec is None or spec.kind != "scheduler":
         valid = sorted(s.class_name for s in registry().components("scheduler"))
         raise ConfigError(f"{source}: _class_name={name!r} is not a scheduler vidax implements; valid: {valid}.")
-    return spec.config_class().from_config({**config, **overrides}, source=source)
+    # the checkpoint's config itself where nothing is replaced: a key its class ignores is warned
+    # about once per read of the file (vidax.config.ConfigFile)
+    return spec.config_class().from_config({**config, **overrides} if overrides else config, source=source)
 
 
 def scheduler_from_config_of(

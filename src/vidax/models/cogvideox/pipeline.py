@@ -268,8 +268,8 @@ class CogVideoXHooks(FamilyHooks):
         offload,
         staging,
         offload_experts=True,
-        text_encoder_dtype: Any = "float32",
-        vae_dtype: Any = "float32",
+        text_encoder_dtype: Any = jnp.float32,
+        vae_dtype: Any = jnp.float32,
     ) -> dict[str, Any]:
         """Tokenizer, T5 (``text_encoder_dtype``: float32 by default, because the reference
         attends the padded positions, where a bf16 T5 drifts), transformer, VAE, scheduler;

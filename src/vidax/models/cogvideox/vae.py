@@ -64,7 +64,6 @@ that is a memory device with the same result, and is not reproduced.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -89,9 +88,6 @@ NUM_LATENT_FRAMES_BATCH_SIZE = 2
 
 AUTO_TILE_AREA_FACTOR = 4
 """``tiled=None`` tiles a frame larger than this many times ``sample_height * sample_width``."""
-
-TRACE_COUNTS: collections.Counter = collections.Counter()
-"""How many times the jitted chunk functions were traced, keyed ``"encode"`` / ``"decode"``."""
 
 _F32 = jnp.float32
 
@@ -827,11 +823,9 @@ def temporal_chunks(num_frames: int, batch: int) -> list[tuple[int, int]]:
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
 def _encode_chunk(graphdef, state, x, cache):
-    TRACE_COUNTS["encode"] += 1
     return nnx.merge(graphdef, state).encode_chunk(x, cache)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
 def _decode_chunk(graphdef, state, z, cache):
-    TRACE_COUNTS["decode"] += 1
     return nnx.merge(graphdef, state).decode_chunk(z, cache)

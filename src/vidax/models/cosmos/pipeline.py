@@ -278,7 +278,7 @@ class CosmosPredictHooks(FamilyHooks):
     # ------------------------------------------------------------------ loading
     @classmethod
     def load_components(
-        cls, info: CosmosInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+        cls, info: CosmosInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = jnp.float32
     ) -> dict[str, Any]:
         """Tokenizer (with its chat template), the Qwen2.5-VL text tower, the transformer, the
         Wan VAE (``vae_dtype``, float32 by default) and the scheduler; every checkpoint checked

@@ -399,7 +399,7 @@ class Cosmos3OmniHooks(FamilyHooks):
     # ------------------------------------------------------------------ loading
     @classmethod
     def load_components(
-        cls, info: Cosmos3Info, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+        cls, info: Cosmos3Info, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = jnp.float32
     ) -> dict[str, Any]:
         """The tokenizer, the transformer, the Wan2.2 VAE (``vae_dtype``, float32 by default),
         the scheduler and, where the checkpoint has one that vidax implements, the sound

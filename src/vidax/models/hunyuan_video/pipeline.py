@@ -424,7 +424,7 @@ class HunyuanVideoHooks(FamilyHooks):
         offload,
         staging,
         offload_experts=True,
-        vae_dtype: Any = "float32",
+        vae_dtype: Any = jnp.float32,
         text_encoder_dtype: Any = None,
     ) -> dict[str, Any]:
         """Both tokenizers, the Llama (or LLaVA) and CLIP text encoders (``text_encoder_dtype``,

@@ -59,7 +59,6 @@ The settings are :class:`~vidax.models.hunyuan_video.config.HunyuanVideoVAEConfi
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 from collections.abc import Iterator
@@ -75,10 +74,6 @@ from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, GroupNorm, Identity, activation, linear
 from vidax.nn.tiling import TiledVAE, TilingSettings, blend, check_tiling_fields, tiled
-
-TRACE_COUNTS: collections.Counter = collections.Counter()
-"""How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"`` (the
-HunyuanVideo 1.0 and 1.5 VAEs together: :class:`ScaledLatentsVAE`)."""
 
 _F32 = jnp.float32
 _EPS = 1e-6  # every group norm of the reference's VAE
@@ -692,11 +687,9 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _encode_tile(graphdef, state, x):
-    TRACE_COUNTS["encode"] += 1
     return nnx.merge(graphdef, state).encode_tile(x)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _decode_tile(graphdef, state, z):
-    TRACE_COUNTS["decode"] += 1
     return nnx.merge(graphdef, state).decode_tile(z)

@@ -161,7 +161,7 @@ class HunyuanVideo15Hooks(FamilyHooks):
         offload,
         staging,
         offload_experts=True,
-        vae_dtype: Any = "float32",
+        vae_dtype: Any = jnp.float32,
         text_encoder_dtype: Any = None,
     ) -> dict[str, Any]:
         """Both tokenizers, the Qwen2.5-VL and byT5 encoders (``text_encoder_dtype``, default

@@ -393,8 +393,8 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
     VAE's :class:`HunyuanVideo15VAEConfig`). :meth:`encode` / :meth:`decode` /
     :meth:`iter_decode` take host or device arrays and return host (numpy) float32 arrays; tiling per :class:`HunyuanVideo15Tiling` (default: the
     reference's, off). ``scaling_factor``, ``normalize_latents`` (``z * scaling_factor``) and
-    ``denormalize_latents`` (``z / scaling_factor``) are :class:`ScaledLatentsVAE`'s; the tile
-    functions' traces count in :data:`vidax.models.hunyuan_video.vae.TRACE_COUNTS`. Tiling:
+    ``denormalize_latents`` (``z / scaling_factor``) and the jitted tile functions are
+    :class:`ScaledLatentsVAE`'s. Tiling:
     ``enable_tiling(...)`` / ``disable_tiling()`` / ``use_tiling`` set :attr:`tiling` (spatial
     only, as the reference: the whole clip decodes at once in each tile).
 

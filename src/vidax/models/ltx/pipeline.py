@@ -390,7 +390,7 @@ class LTXHooks(FamilyHooks):
     # ------------------------------------------------------------------ loading
     @classmethod
     def load_components(
-        cls, info: LTXInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+        cls, info: LTXInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = jnp.float32
     ) -> dict[str, Any]:
         """Tokenizer, T5, the transformer, the VAE (``vae_dtype``, float32 by default), scheduler;
         every checkpoint checked against its model before the first weight is read."""

@@ -120,13 +120,14 @@ class LTXUpsampleHooks(FamilyHooks):
 
     @classmethod
     def load_components(
-        cls, info: LTXUpsampleInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+        cls, info: LTXUpsampleInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = jnp.float32
     ) -> dict[str, Any]:
         """The VAE (``vae_dtype``, float32 by default) and the latent upsampler (``dtype``), both
         checked against their models before either is read."""
-        from vidax.nn.inputs import parse_dtype
+        from vidax.nn.inputs import parsed_dtype
 
-        return load_weighted(info, {"vae": dict(dtype=parse_dtype(vae_dtype)), "latent_upsampler": dict(dtype=dtype)})
+        vae_dtype = parsed_dtype(vae_dtype, "LTXUpsampleHooks.load_components")
+        return load_weighted(info, {"vae": dict(dtype=vae_dtype), "latent_upsampler": dict(dtype=dtype)})
 
     @classmethod
     def plan_staging(cls, info, dtype, vae_dtype, offload, mesh, text_encoder_dtype=None) -> Staging:

@@ -49,7 +49,6 @@ outputs are float32.
 
 from __future__ import annotations
 
-import collections
 import functools
 import math
 from collections.abc import Iterator
@@ -69,9 +68,6 @@ from vidax.nn.layers import Conv, LayerNorm, PixArtTimestepEmbedding, rms_norm
 
 _F32 = jnp.float32
 _RMS_EPS = 1e-8  # every RMSNorm of the reference VAE (``RMSNorm(eps=1e-8, elementwise_affine=False)``)
-
-TRACE_COUNTS: collections.Counter = collections.Counter()
-"""How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"``."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -834,13 +830,11 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _encode_fn(graphdef, state, x):
-    TRACE_COUNTS["encode"] += 1
     return nnx.merge(graphdef, state)(x).astype(_F32)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _decode_fn(graphdef, state, z, temb, key, extent):
-    TRACE_COUNTS["decode"] += 1
     return nnx.merge(graphdef, state)(z, temb, Tile(key, extent)).astype(_F32)
 
 

@@ -378,7 +378,7 @@ class LTX2StepInputs(StepInputs):
 
 #: The components: Gemma and the text connectors on the mesh, the duration head (LTX-2.5 only),
 #: the transformer, the VAE in ``vae_dtype``, the audio VAE and vocoder in float32.
-SOUND = Weighted(dtype="float32", staged=True)
+SOUND = Weighted(dtype=jnp.float32, staged=True)
 COMPONENTS = ComponentTable(
     files={"tokenizer": TextTokenizer},
     weighted={
@@ -639,7 +639,7 @@ class LTX2Hooks(FamilyHooks):
     # ------------------------------------------------------------------ loading
     @classmethod
     def load_components(
-        cls, info: LTX2Info, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+        cls, info: LTX2Info, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = jnp.float32
     ) -> dict[str, Any]:
         """Tokenizer, Gemma 3 / 4, the connectors, the duration head (LTX-2.5), the transformer, the VAE (``vae_dtype``), the audio
         VAE and vocoder (float32), scheduler; every checkpoint checked before the first weight."""

@@ -57,7 +57,7 @@ COMPONENTS = ComponentTable(
         "transformer_2": Weighted(mesh=True, offload=True, expert_to_host=True),
         "transformer": TRANSFORMER,
         "vae": VAE,
-        "image_encoder": Weighted(dtype="float32"),
+        "image_encoder": Weighted(dtype=jnp.float32),
     },
 )
 
@@ -157,7 +157,7 @@ class WanHooks(FamilyHooks):
     # ------------------------------------------------------------------ loading
     @classmethod
     def load_components(
-        cls, info: WanInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+        cls, info: WanInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = jnp.float32
     ) -> dict[str, Any]:
         """Tokenizer, UMT5, the transformer(s), VAE (``vae_dtype``, float32 by default as the
         diffusers Wan examples load it), scheduler; Wan2.1 I2V also the CLIP image encoder

@@ -58,7 +58,6 @@ than ``[]`` (the reference's own chunked encode fails with attention blocks in `
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import itertools
@@ -82,9 +81,6 @@ CACHE_T = 2
 
 ENCODE_CHUNK = 4
 """Frames per encoder chunk after the first frame (fixed in the reference's ``_encode``)."""
-
-TRACE_COUNTS: collections.Counter = collections.Counter()
-"""How many times the jitted chunk functions were traced, keyed ``"encode"`` / ``"decode"``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -850,13 +846,11 @@ def decode_cache_bytes_per_latent_pixel(config: WanVAEConfig) -> int:
 
 @functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(3,))
 def _encode_chunk(graphdef, state, x, cache, first):
-    TRACE_COUNTS["encode"] += 1
     return nnx.merge(graphdef, state).encode_chunk(x, cache, first)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(3,))
 def _decode_chunk(graphdef, state, z, cache, first, raw=False):
-    TRACE_COUNTS["decode"] += 1
     return nnx.merge(graphdef, state).decode_chunk(z, cache, first, raw)
 
 
