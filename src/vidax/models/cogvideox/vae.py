@@ -78,7 +78,7 @@ from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, GroupNorm, activation
-from vidax.nn.tiling import TiledVAE, TilingSettings
+from vidax.nn.tiling import TiledVAE, TilingSettings, scaled_sides
 from vidax.nn.tiling import tiled as _tiled
 
 NUM_SAMPLE_FRAMES_BATCH_SIZE = 8
@@ -155,6 +155,11 @@ class CogVideoXTiling:
                 "use larger tiles or smaller overlap factors"
             )
         return out
+
+    def scaled(self, scale: int) -> CogVideoXTiling:
+        """Tiles ``scale`` times as large a side, the overlap factors kept (the reference's
+        tiling has no stride of its own: ``enable_tiled_decode(scale)``)."""
+        return scaled_sides(self, scale, strides=False)
 
     def check_exact(self, given: Sequence[str] = ()) -> None:
         """Refuse tiles that keep more or fewer rows (columns) than they advance

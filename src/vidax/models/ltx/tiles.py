@@ -41,6 +41,12 @@ class LTXTiling:
     tile_sample_stride_width: int = 448
     tile_sample_stride_num_frames: int = 8
 
+    def scaled(self, scale: int) -> LTXTiling:
+        """Spatial tiles ``scale`` times as large a side, overlapping by the same pixels; the
+        temporal tiles as they are (``enable_tiled_decode(scale)``,
+        :func:`vidax.nn.tiling.scaled_sides`)."""
+        return tile_loop.scaled_sides(self, scale)
+
     def check(self, config: LTXVAEConfig) -> None:
         """Raises InputError when a size is not a positive integer or a latent stride is 0."""
         tile_loop.check_tiling_fields(self, "LTXTiling.")
