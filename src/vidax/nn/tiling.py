@@ -87,6 +87,16 @@ def tiled(
     return np.concatenate(out_rows, axis=2)
 
 
+class StridedTiling:
+    """A base of the tiling dataclasses whose tiles advance ``tile_sample_stride_*`` pixels and
+    overlap by ``tile_sample_min_* - tile_sample_stride_*`` (Wan, LTX, HunyuanVideo)."""
+
+    def scaled(self, scale: int) -> Any:
+        """Spatial tiles ``scale`` times as large a side overlapping by the same pixels (temporal
+        tiles as they are): ``enable_tiled_decode(scale)``, :func:`scaled_sides`."""
+        return scaled_sides(self, scale)
+
+
 class TilingSettings:
     """A VAE's tiling state (its tiling dataclass, or None), held on the host.
 

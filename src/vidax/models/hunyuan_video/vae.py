@@ -74,7 +74,7 @@ from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, GroupNorm, Identity, activation, linear
-from vidax.nn.tiling import TiledVAE, TilingSettings, blend, check_tiling_fields, scaled_sides, tiled
+from vidax.nn.tiling import StridedTiling, TiledVAE, TilingSettings, blend, check_tiling_fields, tiled
 
 TRACE_COUNTS: collections.Counter = collections.Counter()
 """How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"`` (the
@@ -90,7 +90,7 @@ _EPS = 1e-6  # every group norm of the reference's VAE
 
 
 @dataclasses.dataclass(frozen=True)
-class HunyuanVideoTiling:
+class HunyuanVideoTiling(StridedTiling):
     """The reference's tiling switches and sizes (pixels / frames of the video).
 
     Defaults are ``AutoencoderKLHunyuanVideo.__init__``'s: ``use_tiling=False``,
@@ -118,12 +118,6 @@ class HunyuanVideoTiling:
         base = cls()
         kw = {k: v if k.startswith("use_") or v else getattr(base, k, v) for k, v in given.items()}
         return dataclasses.replace(base, use_tiling=True, **kw)
-
-    def scaled(self, scale: int) -> HunyuanVideoTiling:
-        """Spatial tiles ``scale`` times as large a side, overlapping by the same pixels; the
-        temporal tiles as they are (``enable_tiled_decode(scale)``,
-        :func:`vidax.nn.tiling.scaled_sides`)."""
-        return scaled_sides(self, scale)
 
     def check(self, spatial: int, temporal: int) -> None:
         """Raise InputError unless every size is a positive integer, every stride at most its tile,

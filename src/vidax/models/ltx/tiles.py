@@ -19,7 +19,7 @@ _F32 = jnp.float32
 
 
 @dataclasses.dataclass(frozen=True)
-class LTXTiling:
+class LTXTiling(tile_loop.StridedTiling):
     """The reference's tiling switches and sizes (``AutoencoderKLLTXVideo.__init__`` defaults).
 
     Attributes:
@@ -40,12 +40,6 @@ class LTXTiling:
     tile_sample_stride_height: int = 448
     tile_sample_stride_width: int = 448
     tile_sample_stride_num_frames: int = 8
-
-    def scaled(self, scale: int) -> LTXTiling:
-        """Spatial tiles ``scale`` times as large a side, overlapping by the same pixels; the
-        temporal tiles as they are (``enable_tiled_decode(scale)``,
-        :func:`vidax.nn.tiling.scaled_sides`)."""
-        return tile_loop.scaled_sides(self, scale)
 
     def check(self, config: LTXVAEConfig) -> None:
         """Raises InputError when a size is not a positive integer or a latent stride is 0."""

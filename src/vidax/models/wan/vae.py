@@ -75,7 +75,7 @@ from vidax.models.wan.config import WanVAEConfig, decoder_levels, encoder_levels
 from vidax.models.wan.vae_folding import avg_down_3d, dup_up_3d, patchify, unpatchify
 from vidax.nn.inputs import check_video_array as _check_array
 from vidax.nn.layers import matmul
-from vidax.nn.tiling import TiledVAE, TilingSettings, check_tiling_fields, scaled_sides, tiled
+from vidax.nn.tiling import StridedTiling, TiledVAE, TilingSettings, check_tiling_fields, tiled
 
 CACHE_T = 2
 """Frames of history carried per causal 3-tap convolution between chunks (as the reference)."""
@@ -88,7 +88,7 @@ TRACE_COUNTS: collections.Counter = collections.Counter()
 
 
 @dataclasses.dataclass(frozen=True)
-class WanTiling:
+class WanTiling(StridedTiling):
     """Tile sizes of ``AutoencoderKLWan.enable_tiling`` in pixels (defaults as its ``__init__``).
 
     A latent wider or taller than ``tile_sample_min_* / s`` is decoded in overlapping tiles of
@@ -103,11 +103,6 @@ class WanTiling:
     tile_sample_stride_height: int = 192
     tile_sample_stride_width: int = 192
     use_tiling: bool = False
-
-    def scaled(self, scale: int) -> WanTiling:
-        """Tiles ``scale`` times as large a side, overlapping by the same pixels
-        (``enable_tiled_decode(scale)``, :func:`vidax.nn.tiling.scaled_sides`)."""
-        return scaled_sides(self, scale)
 
     def check(self, config: WanVAEConfig, what: str = "") -> None:
         """Raise InputError (naming the keyword as ``{what}{field}=``) unless every size is a
