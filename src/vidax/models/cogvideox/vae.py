@@ -158,8 +158,11 @@ class CogVideoXTiling:
 
     def scaled(self, scale: int) -> CogVideoXTiling:
         """Tiles ``scale`` times as large a side, the overlap factors kept (the reference's
-        tiling has no stride of its own: ``enable_tiled_decode(scale)``)."""
-        return scaled_sides(self, scale, strides=False)
+        tiling has no stride of its own: ``enable_tiled_decode(scale)``); InputError where they
+        would not keep the rows they advance (:meth:`check_exact`)."""
+        out = scaled_sides(self, scale, strides=False)
+        out.check_exact()
+        return out
 
     def check_exact(self, given: Sequence[str] = ()) -> None:
         """Refuse tiles that keep more or fewer rows (columns) than they advance
