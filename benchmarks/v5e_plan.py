@@ -38,7 +38,7 @@ def row(label: str, repo: str, call: dict, tmp: pathlib.Path) -> str:
     result = "runs" if dp.fits else f"refused: {why}"
     return (
         f"| {label} | {c.height} x {c.width} x {c.num_frames}, {c.num_inference_steps} steps | {_gib(transformer)} | "
-        f"{_gib(encoders)} | {blocks} | {staged} | {'tiled' if dp.vae_tiling else 'whole'} | {peaks} | "
+        f"{_gib(encoders)} | {blocks} | {staged} | {dp.tile_words()} | {peaks} | "
         f"{_gib(dp.host_bytes)} | {result} |"
     )
 

@@ -102,6 +102,28 @@ def test_the_choice_order_and_explicit_settings_win():
     assert choose(sizes, act, 16 * gb, host=10 * gb).fits is False  # the streamed blocks do not fit the host
 
 
+def test_chosen_tiles_grow_to_the_fewest_a_frame_that_fit():
+    """Where the plan chose tiling, the tile grows to the scale of fewest tiles per frame whose
+    decode still fits (a tie to the smaller tile); asked-for tiling keeps the reference's tile; a
+    placement that does not fit keeps it too."""
+    from vidax.pipelines.memory import DecodeTile
+
+    gb = 10**9
+    sizes = Sizes({"transformer": (gb, 0, 0)}, {}, {})
+    tiles = (DecodeTile(1, 256, 28, gb), DecodeTile(2, 512, 6, 3 * gb), DecodeTile(3, 768, 4, 5 * gb))
+    tiles += (DecodeTile(4, 1024, 4, 7 * gb),)
+    act = Activations(text=gb, step=2 * gb, decode=20 * gb, decode_tiled=gb, latents=0, decode_tiles=tiles)
+    for device, scale in ((4 * gb, 1), (5 * gb, 2), (8 * gb, 3), (12 * gb, 3)):  # 12 GB: 4 fits, 4 tiles as 3
+        dp = choose(sizes, act, device)
+        assert (dp.vae_tiling, dp.vae_tile_scale, dp.fits) == (True, scale, True), device
+        assert dp.stages.decode == stage_memory(sizes, act, None, dp.staged, scale)[0].decode <= device
+        assert f"VAE tiled, {256 * scale} px tiles" in dp.line()
+    asked = choose(sizes, act, 12 * gb, vae_tiling=True)
+    assert (asked.vae_tiling, asked.vae_tile_scale, asked.vae_tile_side) == (True, 1, 256)
+    refused = choose(sizes, dataclasses.replace(act, step=20 * gb), 8 * gb)
+    assert not refused.fits and refused.vae_tiling and refused.vae_tile_scale == 1
+
+
 def test_the_batch_runs_in_parts_where_only_parts_fit():
     """Where a step's activations do not fit even with one block a chunk, each layer runs the
     CFG batch in parts (the largest part that fits); a given micro_batch is kept."""
@@ -197,6 +219,30 @@ def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):
 def _activations(plan):
     est = memory_estimate(plan.pipeline, plan.info, plan.call, dtype=plan.dtype, weights="loaded")
     return Activations.of(est, int(np.prod(plan.pipeline.family.latent_shape(plan.info, plan.call))) * 4 * 2)
+
+
+def test_the_plans_larger_tiles_reach_the_vae(ckpt, monkeypatch):
+    """Where the plan tiles the decode and 512-pixel tiles fit (144 x 544: 2 a frame instead of
+    3), the plan carries that scale, says the tile, and the loaded VAE decodes in those tiles;
+    ``vae_tiling`` asked for keeps the reference's 256-pixel tiles."""
+    from vidax.models.wan.vae import WanTiling
+    from vidax.pipelines.plan import with_memory
+
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, "64GiB")
+    plan = with_call(read_plan(ckpt), prompt=PROMPT, **{**ARGS, "height": 144, "width": 544})
+    roomy = with_placement(plan).device_plan
+    staged = dict.fromkeys(roomy.staged, True)
+    act = _activations(with_placement(plan))
+    one, two, whole = (stage_memory(roomy.sizes, act, None, staged, k)[0].decode for k in (1, 2, 0))
+    assert one < two < whole
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, str(two))
+    placed = with_memory(with_placement(plan))
+    assert (placed.vae_tiling, placed.vae_tile_scale) == (True, 2), placed.device_plan.line()
+    assert "VAE tiled, 512 px tiles" in placed.device_plan.line()
+    asked = with_memory(with_placement(plan), vae_tiling=True)
+    assert (asked.vae_tiling, asked.vae_tile_scale) == (True, 1)
+    pipe = placed.pipeline.from_plan(placed, progress=False)
+    assert pipe.vae.tiling == WanTiling(512, 512, 448, 448, use_tiling=True)
 
 
 def test_too_small_is_refused_before_loading_naming_what_fits(ckpt, tmp_path, monkeypatch):

@@ -126,18 +126,21 @@ def plan_for_v5e(repo: str, call: dict, tmp_path, find_fixes: bool = False):
 
 def _summary(dp) -> tuple:
     staged = tuple(sorted(n for n, s in dp.staged.items() if s))
-    return dp.chunk, staged, dp.vae_tiling, dp.fits
+    return dp.chunk, staged, dp.tile_words(), dp.fits
 
 
 #: What vidax chooses on one v5e for some lines (the others: ``benchmarks/v5e_plan.py``, the
-#: doc's table): (blocks a chunk or None, the components staged, VAE tiled, fits).
+#: doc's table): (blocks a chunk or None, the components staged, the VAE decode, fits).
 EXPECTED = {
-    "Wan2.1 T2V 1.3B 480p": (None, ("text_encoder",), False, True),
+    "Wan2.1 T2V 1.3B 480p": (None, ("text_encoder",), "whole", True),
     # a later decode chunk's program (the cached frames beside its own: 8.5 GiB of TPU temporaries
-    # at 480 x 832) does not fit beside the streamed transformer's device part: tiled
-    "Wan2.1 T2V 14B 480p": (3, ("text_encoder", "vae"), True, True),
-    "Wan2.1 T2V 14B 720p": (1, ("text_encoder",), True, True),  # with the CFG passes one at a time
-    "Cosmos3-Edge": (None, (), True, True),  # the decode does not fit even with the transformer off the device
+    # at 480 x 832) does not fit beside the streamed transformer's device part: tiled, in tiles
+    # twice the reference's side (2 x 2 a frame instead of 3 x 5)
+    "Wan2.1 T2V 14B 480p": (3, ("text_encoder", "vae"), "tiled, 512 px tiles", True),
+    # with the CFG passes one at a time; 2 x 3 tiles a frame instead of 4 x 7
+    "Wan2.1 T2V 14B 720p": (1, ("text_encoder",), "tiled, 512 px tiles", True),
+    # the decode does not fit even with the transformer off the device
+    "Cosmos3-Edge": (None, (), "tiled, 512 px tiles", True),
 }
 
 
@@ -152,6 +155,37 @@ def test_v5e_plans(label, tmp_path):
     # the layers run the CFG batch in parts only where the whole batch does not fit (measured on
     # a v5e at 720p: 13.0 GiB of a layer's temporaries on the CFG batch, 95.4 s a step in parts)
     assert dp.micro_batch == (1 if label == "Wan2.1 T2V 14B 720p" else None)
+
+
+@pytest.mark.parametrize("label", ["Cosmos-Predict2.5 2B", "HunyuanVideo 1.5 720p"])
+def test_v5e_plan_grows_the_tiles_where_the_chip_has_room(label, tmp_path):
+    """The tiling the plan chose decodes in the tiles of fewest a frame whose decode still fits:
+    Cosmos-Predict2.5 2B (704 x 1280, the Wan2.1 VAE) in 512-pixel tiles (2 x 3 a frame instead of
+    4 x 7), its decode stage at that tile within the chip and every tile of fewer a frame over it;
+    HunyuanVideo 1.5 720p has no room beyond its 128-pixel tiles."""
+    import numpy as np
+
+    from vidax.pipelines.device_plan import Activations, stage_memory
+
+    _, repo, call = next(line for line in LINES if line[0] == label)
+    plan, dp, _ = plan_for_v5e(repo, call, tmp_path)
+    assert dp.fits and dp.vae_tiling and "vae_tiling" in dp.chosen, dp.line("HBM")
+    est = memory_estimate(plan.pipeline, plan.info, plan.call, dtype="bfloat16", flash=True, platform="tpu")
+    act = Activations.of(est, int(np.prod(plan.pipeline.family.latent_shape(plan.info, plan.call))) * 4 * 2)
+
+    def decode_stage(scale):
+        placed = (dp.chunk, dp.staged, scale, plan.offload_experts, dp.micro_batch, dp.text_chunk)
+        return stage_memory(dp.sizes, act, *placed, free_transformer=dp.free_transformer)[0].decode
+
+    k = dp.vae_tile_scale
+    tile = est.decode_tiles[k - 1]
+    assert decode_stage(k) == dp.stages.decode <= V5E_HBM
+    assert all(decode_stage(t.scale) > V5E_HBM for t in est.decode_tiles if t.tiles < tile.tiles)
+    if label == "Cosmos-Predict2.5 2B":
+        assert (k, tile.side, tile.tiles, est.decode_tiles[0].tiles) == (2, 512, 6, 28), dp.line("HBM")
+        assert "VAE tiled, 512 px tiles" in dp.line("HBM")
+    else:
+        assert (k, tile.side) == (1, 128), dp.line("HBM")
 
 
 def test_ltx2_gemma_larger_than_the_chip_streams_its_layers(tmp_path):

@@ -303,6 +303,62 @@ def test_tiling_fields_are_checked_by_name():
         LTXTiling(tile_sample_stride_height=0).check(LTXVAEConfig())
 
 
+#: Tiny VAE configs of each tiling kind (only the tiling switches run: built abstract).
+_TILED_VAES = {
+    "wan": ("vidax.models.wan", "WanVAE", "WanVAEConfig", dict(base_dim=4, dim_mult=[1, 1, 1, 1])),
+    "cogvideox": ("vidax.models.cogvideox", "CogVideoXVAE", "CogVideoXVAEConfig", dict(block_out_channels=[4] * 4, norm_num_groups=2)),
+    "ltx": ("vidax.models.ltx", "LTXVideoVAE", "LTXVAEConfig", dict(block_out_channels=[4] * 4, decoder_block_out_channels=[4] * 4)),
+    "hunyuan_video": ("vidax.models.hunyuan_video", "HunyuanVideoVAE", "HunyuanVideoVAEConfig", dict(block_out_channels=[4] * 4, norm_num_groups=2)),
+    "hunyuan_video15": ("vidax.models.hunyuan_video15", "HunyuanVideo15VAE", "HunyuanVideo15VAEConfig", dict(block_out_channels=[6, 8, 16, 32, 32], latent_channels=4)),
+}  # fmt: skip
+
+#: ``enable_tiling`` keywords that write out ``enable_tiled_decode(scale=2)`` from each VAE's
+#: default tiled decode: the tile's side doubled; Wan / LTX / HunyuanVideo strides grown by one
+#: tile (the same overlap in pixels), CogVideoX / HunyuanVideo 1.5 keep their overlap factors
+#: (HunyuanVideo 1.5's default tiled decode: 128-pixel tiles of 8 latents).
+_SCALE_2 = {
+    "wan": dict(tile_sample_min_height=512, tile_sample_min_width=512, tile_sample_stride_height=448, tile_sample_stride_width=448),
+    "cogvideox": dict(tile_sample_min_height=480, tile_sample_min_width=720),
+    "ltx": dict(tile_sample_min_height=1024, tile_sample_min_width=1024, tile_sample_stride_height=960, tile_sample_stride_width=960),
+    "hunyuan_video": dict(tile_sample_min_height=512, tile_sample_min_width=512, tile_sample_stride_height=448, tile_sample_stride_width=448),
+    "hunyuan_video15": dict(tile_sample_min_height=256, tile_sample_min_width=256, tile_latent_min_height=16, tile_latent_min_width=16),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(_TILED_VAES))
+def test_tiled_decode_scale_is_enable_tiling_with_larger_tiles(kind):
+    """``enable_tiled_decode(scale=2)`` (the memory plan's larger tiles) leaves the VAE in the
+    state of ``enable_tiling`` with the doubled sizes written out (:data:`_SCALE_2`), temporal
+    tiles as ``enable_tiled_decode()``'s; ``scale=1`` is ``enable_tiled_decode()``; a scale that
+    is not a positive integer is refused naming ``scale``, changing nothing."""
+    import importlib
+
+    from vidax.errors import InputError
+
+    package, vae_name, config_name, config = _TILED_VAES[kind]
+    module = importlib.import_module(f"{package}.vae")
+    config = getattr(importlib.import_module(f"{package}.config"), config_name).from_config_dict(config)
+    vae = nnx.eval_shape(lambda: getattr(module, vae_name)(config, rngs=nnx.Rngs(0)))
+    initial = vae.tiling
+    vae.enable_tiled_decode()
+    default = vae.tiling
+    vae.tiling = initial
+    vae.enable_tiled_decode(scale=1)
+    assert vae.tiling == default
+    vae.tiling = initial
+    vae.enable_tiled_decode(scale=2)
+    scaled = vae.tiling
+    vae.tiling = initial
+    vae.enable_tiling(**_SCALE_2[kind])
+    if vae.TILING_FRAMEWISE is not None:
+        vae.use_framewise_decoding = True
+    assert scaled == vae.tiling != default
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(InputError, match=rf"^scale={bad!r} must be a positive integer"):
+            vae.enable_tiled_decode(scale=bad)
+        assert vae.tiling == scaled
+
+
 def _tiny_text_encoders():
     """Builders of tiny bf16 text encoders (random init) and how each is encoded: the public
     ``encode_*`` function, and the jitted function behind it (taking any parameter state)."""

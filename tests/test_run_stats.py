@@ -249,33 +249,42 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
 
 
 def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, monkeypatch, caplog):
-    """Memory between the tiled and the untiled estimate: the plan counts the tiled decode, says
-    so in one WARNING line, and the call decodes in tiles (then tiling is off again); with
-    memory for the untiled decode nothing changes."""
+    """Memory between the tiled and the untiled estimate: the plan counts the tiled decode in the
+    largest tiles that fit (the fewest a frame), says so in one WARNING line, and the call decodes
+    in those tiles (then tiling is off again); with memory for the untiled decode nothing
+    changes, with room for the reference's tiles only those are taken."""
+    from vidax.models.wan.vae import WanTiling
     from vidax.pipelines import memory
 
     pipe = vidax.load_pipeline(ckpt)
-    call = type(pipe).check_call(pipe.info, "a cat", height=288, width=288, num_frames=5)
+    call = type(pipe).check_call(pipe.info, "a cat", height=144, width=544, num_frames=5)
     est = memory_estimate(type(pipe), pipe.info, call)
-    tiled = est.with_tiling()
-    assert not est.vae_tiling and tiled.vae_tiling and tiled.total < est.total  # 288 px > one 256 px tile
-    free = (est.total + tiled.total) // 2
+    one, two = est.with_tiling(1), est.with_tiling(2)
+    # 256 px tiles every 192 (1 x 3 a frame), 512 every 448 (1 x 2); 768 px would be the whole frame
+    assert [(t.scale, t.side, t.tiles) for t in est.decode_tiles] == [(1, 256, 3), (2, 512, 2)]
+    assert not est.vae_tiling and one.vae_tiling and one.total < two.total < est.total
     assert not check_memory(type(pipe), pipe.info, call, available=(est.total, "test memory")).vae_tiling
+    assert check_memory(type(pipe), pipe.info, call, available=((one.total + two.total) // 2, "test memory")) == one
+    free = (est.total + two.total) // 2
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
         got = check_memory(type(pipe), pipe.info, call, available=(free, "test memory"))
-    assert got == tiled
+    assert got == two and got.vae_tile_scale == 2
+    said = [r.getMessage() for r in caplog.records if "untiled" in r.getMessage()]
     assert re.search(
         r"an untiled VAE decode would not fit in the .* of test memory; decoding in tiles \(peak .*"
-        r"VAE decode chunk \(tiled\)",
-        caplog.records[-1].getMessage(),
+        r"VAE decode chunk \(tiled, 512 px tiles\)",
+        said[-1],
     )
-    # The pipeline call: it decodes in tiles (the VAE's state seen at decode time), for this call only.
+    # asked for (tiling on already): the reference's tiles, whatever the room
+    assert check_memory(type(pipe), pipe.info, call, available=(free, "test memory"), vae_tiling=True) == one
+    # The pipeline call: it decodes in those tiles (the VAE's state seen at decode time), for this call only.
     seen = []
     decode = pipe.hooks.decode
-    monkeypatch.setattr(pipe.hooks, "decode", lambda *a: seen.append(pipe.vae.use_tiling) or decode(*a))
+    monkeypatch.setattr(pipe.hooks, "decode", lambda *a: seen.append(pipe.vae.tiling) or decode(*a))
     monkeypatch.setattr(memory, "available_memory", lambda: (free, "test memory"))
-    out = pipe("a cat", **{**TINY, "height": 288, "width": 288}, seed=0)
-    assert seen == [True] and not pipe.vae.use_tiling and out.frames.shape == (1, 5, 288, 288, 3)
+    out = pipe("a cat", **{**TINY, "height": 144, "width": 544}, seed=0)
+    assert seen == [WanTiling(512, 512, 448, 448, use_tiling=True)]
+    assert not pipe.vae.use_tiling and out.frames.shape == (1, 5, 144, 544, 3)
 
 
 def test_out_of_memory_during_the_run_is_one_line(ckpt, monkeypatch):

@@ -300,6 +300,31 @@ def test_tiled_decode_matches_reference_tiled(tiny):
     check_tiled_decode(ref, vae, _latents((1, 2, 6, 5, 4), seed=30), TILING, seed=30)
 
 
+def test_scaled_tiles_decode_as_their_sizes_and_closer_to_the_whole(tiny):
+    """``enable_tiled_decode(scale=2)`` from tiles of 2 latent pixels every 1 decodes bit for bit
+    as ``enable_tiling`` with the doubled sizes written out (:data:`TILING`: 4 every 3, the same
+    8-pixel overlap), and (2 tiles instead of 5, fewer seams) closer to the untiled decode (the
+    reference's). One latent row: the tiles vary along the width alone (3 programs to compile)."""
+    ref, _, vae = tiny
+    z = _latents((1, 1, 1, 5, 4), seed=33)
+    saved = vae.tiling
+    try:
+        vae.enable_tiling(16, 16, 8, 8)
+        vae.enable_tiled_decode()
+        one = vae.decode(z)
+        vae.enable_tiled_decode(scale=2)
+        assert vae.tiling == wan_vae.WanTiling(**TILING, use_tiling=True)
+        two = vae.decode(z)
+        vae.tiling = saved
+        vae.enable_tiling(**TILING)
+        explicit = vae.decode(z)
+    finally:
+        vae.tiling = saved
+    whole = _ref_decode(ref, z)
+    assert np.array_equal(two, explicit)
+    assert max_rel_err(two, whole) < max_rel_err(one, whole), (max_rel_err(two, whole), max_rel_err(one, whole))
+
+
 def test_tiled_decode_device_memory_flat_in_frames(tiny):
     """4x the latent frames: the live device bytes during the decode grow by < 1.3x (chunks go
     to host as they finish; one tile's cache and chunk live at a time)."""

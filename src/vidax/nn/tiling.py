@@ -87,6 +87,16 @@ def tiled(
     return np.concatenate(out_rows, axis=2)
 
 
+class StridedTiling:
+    """A base of the tiling dataclasses whose tiles advance ``tile_sample_stride_*`` pixels and
+    overlap by ``tile_sample_min_* - tile_sample_stride_*`` (Wan, LTX, HunyuanVideo)."""
+
+    def scaled(self, scale: int) -> Any:
+        """Spatial tiles ``scale`` times as large a side overlapping by the same pixels (temporal
+        tiles as they are): ``enable_tiled_decode(scale)``, :func:`scaled_sides`."""
+        return scaled_sides(self, scale)
+
+
 class TilingSettings:
     """A VAE's tiling state (its tiling dataclass, or None), held on the host.
 
@@ -198,12 +208,46 @@ class TiledVAE:
         """Whether :meth:`enable_slicing` was called (the reference's attribute)."""
         return self._tiling_settings.slicing
 
-    def enable_tiled_decode(self) -> None:
+    def enable_tiled_decode(self, scale: int = 1) -> None:
         """What ``--vae-tiling`` turns on: ``enable_tiling()`` (the sizes set so far, else the
         reference's defaults) and, where the reference has them, temporal tiles
         (``use_framewise_decoding = True``), so that the decode's device memory is bounded by
         one tile whatever the frame size and (with temporal tiles or chunked decoding) the clip
-        length."""
+        length.
+
+        ``scale`` k (the memory plan's, where the chip has room for larger tiles) multiplies the
+        spatial tile's side by k: each tiling dataclass's ``scaled(k)`` (the blend kept: the same
+        overlap in pixels, or the same overlap factor where the reference has one); temporal
+        tiles are unchanged. k = 1: the sizes above, unchanged.
+
+        Raises:
+            InputError: ``scale`` is not a positive integer (before anything changes).
+        """
+        check_tile_scale(scale)
         self.enable_tiling()
         if self.TILING_FRAMEWISE is not None:
             self.use_framewise_decoding = True
+        if scale > 1:
+            self._tiling_settings.state = self._checked_tiling(self.tiling.scaled(scale))
+
+
+def check_tile_scale(scale: Any) -> None:
+    """Raise InputError (naming ``scale``) unless ``scale`` is a positive integer."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, np.integer)) or scale < 1:
+        raise InputError(f"scale={scale!r} must be a positive integer (the tile's side is multiplied by it)")
+
+
+def scaled_sides(tiling: Any, scale: int, *, strides: bool = True, latent: bool = False) -> Any:
+    """``tiling`` (a tiling dataclass) with its spatial tile ``scale`` times as large a side:
+    ``tile_sample_min_height`` / ``_width`` (and ``tile_latent_min_*`` with ``latent``) times
+    ``scale``; with ``strides``, ``tile_sample_stride_*`` grown by ``(scale - 1)`` tiles, so that
+    neighbours still overlap by the same pixels (``min - stride``)."""
+    changes = {}
+    for axis in ("height", "width"):
+        tile = getattr(tiling, f"tile_sample_min_{axis}")
+        changes[f"tile_sample_min_{axis}"] = tile * scale
+        if strides:
+            changes[f"tile_sample_stride_{axis}"] = getattr(tiling, f"tile_sample_stride_{axis}") + (scale - 1) * tile
+        if latent:
+            changes[f"tile_latent_min_{axis}"] = getattr(tiling, f"tile_latent_min_{axis}") * scale
+    return dataclasses.replace(tiling, **changes)

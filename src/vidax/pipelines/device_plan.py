@@ -8,7 +8,8 @@ VAE decode) fit in the device's memory:
 
 1. nothing: every component resident, the VAE decoding whole;
 2. the text encoders staged (on the device only while they encode: run first, then freed);
-3. the VAE decoding in tiles (where it has a tiled decode);
+3. the VAE decoding in tiles (where it has a tiled decode; once the rest is chosen, the tile grown
+   to the fewest tiles per frame that still fits: ``enable_tiled_decode(scale=k)``);
 4. the VAE (and the sound's decoders) staged;
 5. the transformer's blocks streamed from host memory, the largest chunk that fits;
    then whatever of 2 and 4 is no longer needed is undone.
@@ -38,6 +39,7 @@ from vidax.errors import CheckpointError
 from vidax.pipelines.memory import (  # the pretend device size lives with the memory checks, which read it too
     DEVICE_MEMORY_ENV,
     RUNTIME_OVERHEAD_BYTES,
+    DecodeTile,
     MemoryEstimate,
     memory_estimate,
     pretend_device_memory,
@@ -209,6 +211,8 @@ class Activations:
         latents: the latents and the step's output (float32).
         rows: the step's batch (prompts x videos x the CFG passes): ``step`` counts them all;
             layers running them ``micro_batch`` rows at a time need that share of it.
+        decode_tiles: the tiled decode at each tile scale k, index k - 1
+            (:attr:`MemoryEstimate.decode_tiles`; empty: only ``decode_tiled``, at scale 1).
     """
 
     text: int
@@ -217,10 +221,15 @@ class Activations:
     decode_tiled: int | None
     latents: int
     rows: int = 1
+    decode_tiles: tuple[DecodeTile, ...] = ()
 
     @classmethod
     def of(cls, est: MemoryEstimate, latents: int) -> Activations:
-        return cls(est.text, est.step, est.decode, est.decode_tiled, latents)
+        return cls(est.text, est.step, est.decode, est.decode_tiled, latents, decode_tiles=est.decode_tiles)
+
+    def tiled(self, scale: int) -> float | None:
+        """One tile's decode chunk with tiles of ``scale`` (``decode_tiled`` where no scale is known)."""
+        return self.decode_tiles[scale - 1].bytes if scale <= len(self.decode_tiles) else self.decode_tiled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,6 +263,9 @@ class DevicePlan:
         chunk: blocks per streamed chunk (None: the transformer is resident).
         staged: stageable component -> True when it waits in host memory between uses.
         vae_tiling: the VAE decodes in tiles.
+        vae_tile_scale: their scale (``enable_tiled_decode(scale=...)``): above 1 only where the
+            tiling was chosen here and larger tiles fit. vae_tile_side: their side in pixels
+            (0: not known).
         stages: the estimated peak of each stage (:class:`StageMemory`).
         host_bytes: what waits in host memory.
         sizes: the parameter bytes it was chosen from.
@@ -286,9 +298,17 @@ class DevicePlan:
     text_chunk: Mapping[str, int] = dataclasses.field(default_factory=dict)
     free_transformer: bool = False
     asked_text_chunk: int | None = None
+    vae_tile_scale: int = 1
+    vae_tile_side: int = 0
+
+    def tile_words(self) -> str:
+        """``"tiled, 512 px tiles"`` (``"tiled"`` where the side is not known; ``"whole"`` untiled)."""
+        if not self.vae_tiling:
+            return "whole"
+        return f"tiled, {self.vae_tile_side} px tiles" if self.vae_tile_side else "tiled"
 
     def line(self, what: str = "device memory") -> str:
-        """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled; text encoder run first
+        """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled, 512 px tiles; text encoder run first
         and freed; peaks text encoding X, steps Y, VAE decode Z of W GiB``."""
         sizes = self.sizes
         weights = sum(t for t, _, _ in sizes.transformers.values())
@@ -311,7 +331,7 @@ class DevicePlan:
             given = "" if "free_transformer" in self.chosen else ", as asked"
             parts.append(f"transformer off the device while the text encoder and the VAE run{given}")
         if self.vae_tiling:
-            parts.append("VAE tiled")
+            parts.append(f"VAE {self.tile_words()}")
         encoders = [n for n in sizes.text_encoders if self.staged.get(n) and n not in self.text_chunk]
         decoders = [n for n in sizes.decoders if self.staged.get(n)]
         for n, c in self.text_chunk.items():
@@ -368,7 +388,7 @@ def stage_memory(
     act: Activations,
     chunk: int | None,
     staged: Mapping[str, bool],
-    vae_tiling: bool,
+    vae_tiling: int,
     offload_experts: bool = True,
     micro_batch: int | None = None,
     text_chunk: Mapping[str, int] | None = None,
@@ -381,7 +401,8 @@ def stage_memory(
     the resident text encoders and decoders, the other components and
     :data:`~vidax.pipelines.memory.RUNTIME_OVERHEAD_BYTES`; the text encoding adds the staged
     text encoders and the text activations, a step its activations and the latents, the decode the
-    staged decoders, one (tiled) decode chunk and the latents. A text encoder of ``text_chunk``
+    staged decoders, one decode chunk (one tile's of scale ``vae_tiling`` where it is not 0 / False;
+    True: scale 1) and the latents. A text encoder of ``text_chunk``
     (layers per chunk) counts its weights but its stacked layers plus the chunks it holds in the
     text encoding, and only those other weights in host memory (its layers are read from the
     files at each use). With ``free_transformer`` the text encoding and the decode hold none of a
@@ -415,7 +436,7 @@ def stage_memory(
         + sizes.other
         + RUNTIME_OVERHEAD_BYTES
     )
-    decode = act.decode_tiled if vae_tiling and act.decode_tiled is not None else act.decode
+    decode = act.tiled(int(vae_tiling)) if vae_tiling and act.decode_tiled is not None else act.decode
     freed = tr if free_transformer and chunk is None else 0
     stages = StageMemory(
         text=base - freed + te_text + act.text,
@@ -479,6 +500,7 @@ def choose(
     if not p.fits() and micro_batch is None and act.rows > 1:
         p.split_batch()
     p.settle()
+    p.grow_tiles()
     stages, waiting = p.measure()
     chosen = p.chosen if any(p.staged.values()) else p.chosen - {"staged"}
     return DevicePlan(
@@ -498,6 +520,8 @@ def choose(
         text_chunk=p.streams,
         free_transformer=p.free,
         asked_text_chunk=text_chunk,
+        vae_tile_scale=p.scale if p.tiling else 1,
+        vae_tile_side=act.decode_tiles[p.scale - 1].side if p.tiling and act.decode_tiles else 0,
     )
 
 
@@ -518,6 +542,7 @@ class _Placing:
     chunk: int | None = None
     chosen: set = dataclasses.field(default_factory=set)
     free: bool = False
+    scale: int = 1
 
     def measure(self, **changes: Any) -> tuple[StageMemory, int]:
         at = {
@@ -526,6 +551,7 @@ class _Placing:
             "chunk": self.chunk,
             "free": self.free,
             "tiling": self.tiling,
+            "scale": self.scale,
             **changes,
         }
         return stage_memory(
@@ -533,7 +559,7 @@ class _Placing:
             self.act,
             at["chunk"],
             at["staged"],
-            at["tiling"],
+            at["tiling"] and at["scale"],
             self.offload_experts,
             self.micro,
             at["streams"],
@@ -564,6 +590,16 @@ class _Placing:
         if not self.tiling and self.act.decode_tiled is not None:
             self.tiling = True
             self.chosen.add("vae_tiling")
+
+    def grow_tiles(self) -> None:
+        """Where tiling was chosen here (not asked for) and the placement fits: the tile scale of
+        the fewest tiles per frame that still fits (ties: the smaller tile; fewer decoder calls,
+        less overlap decoded twice, fewer seams)."""
+        if "vae_tiling" not in self.chosen or not self.fits():
+            return
+        fitting = [t for t in self.act.decode_tiles if self.fits(scale=t.scale)]
+        if fitting:
+            self.scale = min(fitting, key=lambda t: (t.tiles, t.scale)).scale
 
     def split_batch(self) -> None:
         """Run each layer on the step's batch in parts: the largest part that fits."""
@@ -729,6 +765,7 @@ def plan_device(
         est.decode_tiled,
         latents,
         rows=int(getattr(call, "batch", 1)) * (2 if getattr(call, "do_cfg", False) else 1),
+        decode_tiles=est.decode_tiles,
     )
     keep = {}
     if asked is not None:

@@ -470,7 +470,7 @@ class Loading:
         if plan.memory_checked:
             pipe.memory_check = None  # checked (or warned about) with the plan, the weights counted
         if plan.vae_tiling:
-            pipe.vae.enable_tiled_decode()
+            pipe.vae.enable_tiled_decode(scale=plan.vae_tile_scale)
         if plan.micro_batch is not None:
             for module in pipe.experts.modules:
                 module.set_micro_batch(plan.micro_batch)

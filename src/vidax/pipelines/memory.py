@@ -39,6 +39,10 @@ class ModelSize:
         decode_tile: pixels per side of the VAE's decode tile with ``enable_tiled_decode()``
             (``--vae-tiling``; the longer side where tiles are not square); 0 where the VAE has
             no tiled decode.
+        decode_tile_stride: pixels from one such tile to the next (0: ``decode_tile``, no overlap).
+        decode_tile_keeps_factor: the VAE's tiles overlap by a factor of their size (CogVideoX,
+            HunyuanVideo 1.5): ``enable_tiled_decode(scale=k)`` advances ``k`` strides; else the
+            overlap in pixels is kept and the stride grows by ``k - 1`` tiles (:meth:`decode_tile_at`).
         decode_tile_frames: video frames one tiled decode chunk makes (a temporal tile); 0: as
             ``decode_frames``.
         decode_state_bytes_per_pixel: bytes per video pixel (of one sample) of what the decode
@@ -58,6 +62,8 @@ class ModelSize:
     decode_frames: int = 4
     decode_channels: int = 128
     decode_tile: int = 0
+    decode_tile_stride: int = 0
+    decode_tile_keeps_factor: bool = False
     decode_tile_frames: int = 0
     decode_state_bytes_per_pixel: float = 0.0
     decoder: str = ""
@@ -66,6 +72,31 @@ class ModelSize:
     def rows(self, call: Call) -> int:
         """Transformer rows of one step of ``call``: its batch times the passes."""
         return int(getattr(call, "batch", 1)) * (self.passes or (2 if getattr(call, "do_cfg", False) else 1))
+
+    def decode_tile_at(self, scale: int) -> tuple[int, int]:
+        """(pixels a side, pixels from one tile to the next) of the decode tile with
+        ``enable_tiled_decode(scale=scale)``."""
+        tile, stride = self.decode_tile, self.decode_tile_stride or self.decode_tile
+        if self.decode_tile_keeps_factor:
+            return scale * tile, scale * stride
+        return scale * tile, stride + (scale - 1) * tile
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeTile:
+    """The tiled VAE decode with ``enable_tiled_decode(scale=scale)``.
+
+    Attributes:
+        scale: the tile's side in units of the default tile's (:attr:`ModelSize.decode_tile`).
+        side: the tile's side in pixels. tiles: tiles per frame (the reference's raster loop:
+            ``ceil(side / stride)`` a side of the frame).
+        bytes: one tile's decode chunk (as :attr:`MemoryEstimate.decode`).
+    """
+
+    scale: int
+    side: int
+    tiles: int
+    bytes: float
 
 
 #: The setting a refused call names to run it anyway (:func:`check_memory`).
@@ -196,8 +227,11 @@ class MemoryEstimate:
         step: the largest denoising step's activations (attention temporaries included).
         decode: one VAE decode chunk. outputs: latents and the decoded video (float32, host).
         overhead: :data:`RUNTIME_OVERHEAD_BYTES`.
-        decode_tiled: one VAE decode chunk of one tile with tiling on (None: the VAE has no tiling).
+        decode_tiles: the tiled decode at each tile scale k (index k - 1, :class:`DecodeTile`)
+            from k = 1 while the tile's side is below the frame's longer side (a tile as large as
+            the frame is the untiled decode); empty: the VAE has no tiling.
         vae_tiling: ``decode`` counts the tiled decode (:meth:`with_tiling`).
+        vae_tile_scale: the tile scale ``decode`` counts with ``vae_tiling``.
         text: the text encoder's activations at ``max_sequence_length`` (:func:`text_encoding_bytes`;
             0 where it is not counted).
     """
@@ -207,15 +241,29 @@ class MemoryEstimate:
     decode: int
     outputs: int
     overhead: int = RUNTIME_OVERHEAD_BYTES
-    decode_tiled: int | None = None
+    decode_tiles: tuple[DecodeTile, ...] = ()
     vae_tiling: bool = False
     text: int = 0
+    vae_tile_scale: int = 1
 
-    def with_tiling(self) -> MemoryEstimate | None:
-        """This estimate with the VAE decoding in tiles; None where the VAE has no tiling."""
-        if self.decode_tiled is None:
+    @property
+    def decode_tiled(self) -> float | None:
+        """One VAE decode chunk of one default tile (scale 1; None: the VAE has no tiling)."""
+        return self.decode_tiles[0].bytes if self.decode_tiles else None
+
+    def with_tiling(self, scale: int = 1) -> MemoryEstimate | None:
+        """This estimate with the VAE decoding in tiles of ``scale`` (1 .. ``len(decode_tiles)``);
+        None where the VAE has no tiling."""
+        if not self.decode_tiles:
             return None
-        return dataclasses.replace(self, decode=min(self.decode, self.decode_tiled), vae_tiling=True)
+        tiled = self.decode_tiles[scale - 1].bytes
+        return dataclasses.replace(self, decode=min(self.decode, tiled), vae_tiling=True, vae_tile_scale=scale)
+
+    def largest_tiles(self, fits: Any) -> MemoryEstimate | None:
+        """:meth:`with_tiling` at the scale of fewest tiles per frame (ties: the smaller tile)
+        among those whose estimate ``fits(estimate)``; scale 1 where none does (None: no tiling)."""
+        fitting = [t for t in self.decode_tiles if fits(self.with_tiling(t.scale))]
+        return self.with_tiling(min(fitting, key=lambda t: (t.tiles, t.scale)).scale if fitting else 1)
 
     @property
     def total(self) -> int:
@@ -228,10 +276,15 @@ class MemoryEstimate:
         parts += [("text encoding", self.text)] if self.text else []
         parts += [
             ("denoising step", self.step),
-            ("VAE decode chunk" + (" (tiled)" if self.vae_tiling else ""), self.decode),
+            ("VAE decode chunk" + (f" ({self.tile_words()})" if self.vae_tiling else ""), self.decode),
             ("latents and video", self.outputs),
         ]
         return f"~{_gib(self.total)} (" + ", ".join(f"{name} {_gib(b)}" for name, b in parts) + ")"
+
+    def tile_words(self) -> str:
+        """``"tiled, 512 px tiles"``: the tiles counted (``"tiled"`` where the size is unknown)."""
+        tiles = self.decode_tiles[self.vae_tile_scale - 1 : self.vae_tile_scale]
+        return f"tiled, {tiles[0].side} px tiles" if tiles else "tiled"
 
 
 def _gib(n: float) -> str:
@@ -264,7 +317,7 @@ def run_memory_estimate(
     * decode: ``decode_frames x height x width x decode_channels x decode_bytes_per_element``
       plus the state carried between chunks (``decode_state_bytes_per_pixel`` per pixel and
       video); tiled (``size.decode_tile``): the same with height and width at most one tile and
-      ``decode_tile_frames`` frames.
+      ``decode_tile_frames`` frames, for each tile scale (:func:`decode_tiles`).
     * outputs: latents (float32) and the video, 3 float32 copies (chunks, joined, clipped).
 
     Args:
@@ -287,25 +340,28 @@ def run_memory_estimate(
     state = size.decode_state_bytes_per_pixel * (videos or batch)
     decode = (size.decode_frames * size.decode_channels * per_element + state) * height * width if decoded else 0
     video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
-    tile = size.decode_tile
-    tiled = (
-        (
-            ((size.decode_tile_frames or size.decode_frames) * size.decode_channels * per_element + state)
-            * min(tile, height)
-            * min(tile, width)
-            if decoded
-            else 0
-        )
-        if tile
-        else None
-    )
+    per_pixel = ((size.decode_tile_frames or size.decode_frames) * size.decode_channels * per_element + state) * decoded
     return MemoryEstimate(
         weights=int(weights),
         step=int(step),
         decode=int(decode),
         outputs=int(latent_elements * 4 * 2 + video),
-        decode_tiled=tiled,
+        decode_tiles=decode_tiles(size, height, width, per_pixel),
     )
+
+
+def decode_tiles(size: ModelSize, height: int, width: int, per_pixel: float) -> tuple[DecodeTile, ...]:
+    """The tiled decode of a ``height x width`` video at each tile scale k = 1, 2, ... while the
+    tile's side (:meth:`ModelSize.decode_tile_at`) is below ``max(height, width)``: its tiles per
+    frame and ``per_pixel`` bytes times the pixels of one tile (clipped to the frame); empty
+    where the VAE has no tiled decode (``size.decode_tile`` 0)."""
+    out: list[DecodeTile] = []
+    while size.decode_tile and (not out or (len(out) + 1) * size.decode_tile < max(height, width)):
+        scale = len(out) + 1
+        side, stride = size.decode_tile_at(scale)
+        tiles = -(-height // stride) * -(-width // stride)
+        out.append(DecodeTile(scale, side, tiles, per_pixel * min(side, height) * min(side, width)))
+    return tuple(out)
 
 
 def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: str = "text_encoder") -> int:
@@ -518,7 +574,8 @@ def check_memory(
 
     Where the VAE can decode in tiles and the untiled decode does not fit, the tiled decode
     is counted: the estimate returned then has ``vae_tiling`` set (the caller turns tiling
-    on) and a WARNING line says so.
+    on, ``enable_tiled_decode(scale=vae_tile_scale)``: the fewest tiles per frame that fit,
+    :meth:`MemoryEstimate.largest_tiles`) and a WARNING line says so.
 
     Args:
         loaded: the weights are in memory already (else they are counted: all of them in host
@@ -546,7 +603,9 @@ def check_memory(
         est = memory_estimate(pipeline, info, c, dtype=dtype, weights=weights)
         if est is None or (est.total / share <= free and not vae_tiling):
             return est
-        return est.with_tiling() or est
+        if vae_tiling:  # asked for: the tiles as set (the reference's sizes, or the caller's)
+            return est.with_tiling() or est
+        return est.largest_tiles(lambda e: e.total / share <= free) or est
 
     est = need(call)
     if est is None or est.total / share <= free:

@@ -48,6 +48,9 @@ class Plan:
             the family gives none); with ``memory_checked`` the loaded pipeline does not check it again.
         memory_checked: :func:`with_memory` ran.
         vae_tiling: the VAE decodes in tiles (asked for, or needed to fit).
+        vae_tile_scale: the scale of those tiles (``enable_tiled_decode(scale=...)``): above 1
+            only where the memory plan chose the tiling and larger tiles fit; 1 where tiling was
+            asked for (the reference's tile).
         preset: the :class:`~vidax.pipelines.presets.Preset` the call runs (None: none).
         scheduler: the scheduler the preset asks for, built from the checkpoint's config (None:
             the checkpoint's).
@@ -75,6 +78,7 @@ class Plan:
     memory: Any = None
     memory_checked: bool = False
     vae_tiling: bool = False
+    vae_tile_scale: int = 1
     preset: Any = None
     scheduler: Any = None
     device_plan: Any = None
@@ -302,6 +306,7 @@ def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
         device_plan=dp,
         asked_offload=asked,
         vae_tiling=plan.vae_tiling or dp.vae_tiling,
+        vae_tile_scale=1 if vae_tiling else dp.vae_tile_scale,
         micro_batch=dp.micro_batch,
     )
 
@@ -331,8 +336,13 @@ def with_memory(plan: Plan, *, refuse: bool = True, vae_tiling: bool = False) ->
         offload=plan.offload,
         vae_tiling=vae_tiling,
     )
+    chosen = not vae_tiling and est is not None and est.vae_tiling  # tiled by the estimate's choice
     return dataclasses.replace(
-        plan, memory=est, memory_checked=True, vae_tiling=vae_tiling or (est is not None and est.vae_tiling)
+        plan,
+        memory=est,
+        memory_checked=True,
+        vae_tiling=vae_tiling or chosen,
+        vae_tile_scale=est.vae_tile_scale if chosen else 1,
     )
 
 
@@ -353,4 +363,9 @@ def _with_device_memory(plan: Plan, refuse: bool, vae_tiling: bool) -> Plan:
                 msg, " (to run it anyway: ", Arg("memory_check", python="pipe.memory_check = False"), ")"
             )
         logging.getLogger("vidax.pipeline").warning("%s; running it anyway", msg)
-    return dataclasses.replace(plan, memory_checked=True, vae_tiling=vae_tiling or dp.vae_tiling)
+    return dataclasses.replace(
+        plan,
+        memory_checked=True,
+        vae_tiling=vae_tiling or dp.vae_tiling,
+        vae_tile_scale=1 if vae_tiling else plan.vae_tile_scale,
+    )

@@ -120,7 +120,7 @@ def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
     auto_tiling = est is not None and est.vae_tiling and not tiling
     if auto_tiling:  # for this call only
         saved_tiling = pipe.vae.tiling
-        pipe.vae.enable_tiled_decode()
+        pipe.vae.enable_tiled_decode(scale=est.vae_tile_scale)
     phase = ["text encoding"]
     pipe._interrupt = False
     try:

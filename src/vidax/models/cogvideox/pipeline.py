@@ -160,12 +160,15 @@ class CogVideoXHooks(FamilyHooks):
         mult = s * cfg.patch_size
         video = (t // cfg.patch_t) * (call.height // mult) * (call.width // mult)
         tile = CogVideoXTiling.from_config(info.vae_config)  # the VAE's enable_tiling() defaults
+        side = int(tile.tile_sample_min_width >= tile.tile_sample_min_height)  # the longer side's axis
         return ModelSize(
             tokens=video + call.max_sequence_length,
             hidden_size=cfg.inner_dim,
             ffn_dim=4 * cfg.inner_dim,
             num_layers=cfg.num_layers,
             decode_tile=max(tile.tile_sample_min_height, tile.tile_sample_min_width),
+            decode_tile_stride=tile.decode_params[1][side] * tile.spatial_compression,
+            decode_tile_keeps_factor=True,
         )
 
     @classmethod

@@ -77,7 +77,7 @@ from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, GroupNorm, activation
-from vidax.nn.tiling import TiledVAE, TilingSettings
+from vidax.nn.tiling import TiledVAE, TilingSettings, scaled_sides
 from vidax.nn.tiling import tiled as _tiled
 
 NUM_SAMPLE_FRAMES_BATCH_SIZE = 8
@@ -150,6 +150,14 @@ class CogVideoXTiling:
                 f"tiling {out} gives a tile step of 0 (tile_latent_min * (1 - overlap) < 1); "
                 "use larger tiles or smaller overlap factors"
             )
+        return out
+
+    def scaled(self, scale: int) -> CogVideoXTiling:
+        """Tiles ``scale`` times as large a side, the overlap factors kept (the reference's
+        tiling has no stride of its own: ``enable_tiled_decode(scale)``); InputError where they
+        would not keep the rows they advance (:meth:`check_exact`)."""
+        out = scaled_sides(self, scale, strides=False)
+        out.check_exact()
         return out
 
     def check_exact(self, given: Sequence[str] = ()) -> None:

@@ -369,6 +369,7 @@ class HunyuanVideoHooks(FamilyHooks):
             ffn_dim=cfg.mlp_dim,
             num_layers=cfg.num_layers + cfg.num_single_layers,
             decode_tile=HunyuanVideoTiling().tile_sample_min_height,
+            decode_tile_stride=HunyuanVideoTiling().tile_sample_stride_height,
         )
 
     @classmethod

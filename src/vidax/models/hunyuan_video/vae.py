@@ -73,7 +73,7 @@ from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, GroupNorm, Identity, activation, linear
-from vidax.nn.tiling import TiledVAE, TilingSettings, blend, check_tiling_fields, tiled
+from vidax.nn.tiling import StridedTiling, TiledVAE, TilingSettings, blend, check_tiling_fields, tiled
 
 _F32 = jnp.float32
 _EPS = 1e-6  # every group norm of the reference's VAE
@@ -85,7 +85,7 @@ _EPS = 1e-6  # every group norm of the reference's VAE
 
 
 @dataclasses.dataclass(frozen=True)
-class HunyuanVideoTiling:
+class HunyuanVideoTiling(StridedTiling):
     """The reference's tiling switches and sizes (pixels / frames of the video).
 
     Defaults are ``AutoencoderKLHunyuanVideo.__init__``'s: ``use_tiling=False``,

@@ -122,6 +122,10 @@ class HunyuanVideo15Hooks(FamilyHooks):
             num_layers=cfg.num_layers,
             decode_frames=call.num_frames,  # no temporal tiles: the whole clip decodes at once
             decode_tile=TILED_DECODE_SAMPLE_TILE,
+            # the reference's overlap 0.25 of 8-latent tiles: one every int(8 * 0.75) latents
+            decode_tile_stride=int(TILED_DECODE_SAMPLE_TILE // info.vae_config.spatial_compression * 0.75)
+            * info.vae_config.spatial_compression,
+            decode_tile_keeps_factor=True,
         )
 
     @classmethod

@@ -69,7 +69,7 @@ from vidax.models.hunyuan_video15.config import HunyuanVideo15VAEConfig
 from vidax.models.wan.vae import WanRMS_norm
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv
-from vidax.nn.tiling import TilingSettings, tiled
+from vidax.nn.tiling import TilingSettings, check_tile_scale, scaled_sides, tiled
 
 _F32 = jnp.float32
 
@@ -126,6 +126,11 @@ class HunyuanVideo15Tiling:
                    tile_latent_min_height=tile_latent_min_height or base.tile_latent_min_height,
                    tile_latent_min_width=tile_latent_min_width or base.tile_latent_min_width,
                    tile_overlap_factor=tile_overlap_factor or base.tile_overlap_factor)  # fmt: skip
+
+    def scaled(self, scale: int) -> HunyuanVideo15Tiling:
+        """Sample and latent tiles ``scale`` times as large a side, the overlap factor kept
+        (``enable_tiled_decode(scale)``; resolved first, :meth:`resolved`)."""
+        return scaled_sides(self, scale, strides=False, latent=True)
 
     def resolved(self, spatial: int) -> HunyuanVideo15Tiling:
         """Checked, with the latent tile sizes filled in for a VAE of ``spatial`` compression.
@@ -439,23 +444,32 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
             tile_overlap_factor=tile_overlap_factor,
         )
 
-    def enable_tiled_decode(self) -> None:
+    def enable_tiled_decode(self, scale: int = 1) -> None:
         """What ``--vae-tiling`` turns on: ``enable_tiling()`` with the sizes set so far, or,
         where none was set (the reference's construction defaults), sample tiles of
         :data:`TILED_DECODE_SAMPLE_TILE` pixels and latent tiles of that ``//`` the spatial
         compression: the reference's tiled decode (the same blends and overlap) with tiles
-        small enough that one tile of a whole default-length clip fits a 16 GB device."""
+        small enough that one tile of a whole default-length clip fits a 16 GB device.
+        ``scale`` k multiplies the sample and latent tiles' sides by k, the overlap factor kept
+        (:meth:`HunyuanVideo15Tiling.scaled`; the memory plan's, where the device has room).
+
+        Raises:
+            InputError: ``scale`` is not a positive integer (before anything changes).
+        """
+        check_tile_scale(scale)
         s = self.config.spatial_compression
         if self._state().resolved(s) != HunyuanVideo15Tiling(use_tiling=self.use_tiling).resolved(s):
             self.enable_tiling()
-            return
-        tile = TILED_DECODE_SAMPLE_TILE
-        self.enable_tiling(
-            tile_sample_min_height=tile,
-            tile_sample_min_width=tile,
-            tile_latent_min_height=tile // s,
-            tile_latent_min_width=tile // s,
-        )
+        else:
+            tile = TILED_DECODE_SAMPLE_TILE
+            self.enable_tiling(
+                tile_sample_min_height=tile,
+                tile_sample_min_width=tile,
+                tile_latent_min_height=tile // s,
+                tile_latent_min_width=tile // s,
+            )
+        if scale > 1:
+            self._tiling_settings.state = self._checked_tiling(self.tiling.scaled(scale))
 
     # -- one tile (traced inside jit) ---------------------------------------------------------
 

@@ -178,6 +178,7 @@ def ltx_model_size(info: LTXInfo, call) -> ModelSize:
         # the decoder's last level: its first channels at 1 / patch_size of the pixels a side
         decode_channels=max(1, vae.decoder_block_out_channels[0] // vae.patch_size**2),
         decode_tile=tiles.tile_sample_min_height,
+        decode_tile_stride=tiles.tile_sample_stride_height,
         decode_tile_frames=tiles.tile_sample_min_num_frames + 1,
         decoder="ltx",
     )

@@ -19,7 +19,7 @@ _F32 = jnp.float32
 
 
 @dataclasses.dataclass(frozen=True)
-class LTXTiling:
+class LTXTiling(tile_loop.StridedTiling):
     """The reference's tiling switches and sizes (``AutoencoderKLLTXVideo.__init__`` defaults).
 
     Attributes:

@@ -483,4 +483,5 @@ def wan_vae_decode_size(vae) -> dict:
         decode_frames=vae.temporal_compression + (CACHE_T if vae.patch == 1 else 0),
         decode_channels=max(1, (vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0] // vae.patch**2),
         decode_tile=WanTiling().tile_sample_min_height,
+        decode_tile_stride=WanTiling().tile_sample_stride_height,
     )

@@ -74,7 +74,7 @@ from vidax.models.wan.config import WanVAEConfig, decoder_levels, encoder_levels
 from vidax.models.wan.vae_folding import avg_down_3d, dup_up_3d, patchify, unpatchify
 from vidax.nn.inputs import check_video_array as _check_array
 from vidax.nn.layers import matmul
-from vidax.nn.tiling import TiledVAE, TilingSettings, check_tiling_fields, tiled
+from vidax.nn.tiling import StridedTiling, TiledVAE, TilingSettings, check_tiling_fields, tiled
 
 CACHE_T = 2
 """Frames of history carried per causal 3-tap convolution between chunks (as the reference)."""
@@ -84,7 +84,7 @@ ENCODE_CHUNK = 4
 
 
 @dataclasses.dataclass(frozen=True)
-class WanTiling:
+class WanTiling(StridedTiling):
     """Tile sizes of ``AutoencoderKLWan.enable_tiling`` in pixels (defaults as its ``__init__``).
 
     A latent wider or taller than ``tile_sample_min_* / s`` is decoded in overlapping tiles of
