@@ -195,3 +195,21 @@ def test_family_call_rules_run_around_the_shared_checks(tmp_path):
         ("inner", "after", 3, 4),
         ("outer", "after", 2, 4),
     ]
+
+
+def test_default_denoise_makes_the_schedule_it_runs():
+    """``FamilyHooks.denoise`` makes the call's schedule (``set_timesteps`` of the prepared
+    latents) and hands it to ``pipe.denoiser.segments``, so the run enters it once: the latents
+    it returns are the loop's."""
+    from types import SimpleNamespace
+
+    from vidax.pipelines.hooks import FamilyHooks
+
+    handed = []
+    scheduler = SimpleNamespace(set_timesteps=lambda n, sample_shape: ("schedule", n, sample_shape))
+    denoiser = SimpleNamespace(segments=lambda *args: handed.append(args) or ("latents after", "state after"))
+    pipe = SimpleNamespace(scheduler=scheduler, denoiser=denoiser)
+    call = SimpleNamespace(num_inference_steps=2)
+    x = np.zeros((1, 2, 4, 4, 3), np.float32)
+    assert FamilyHooks(pipe).denoise(call, x, "embeds", {}, "stats") == "latents after"
+    assert handed == [(pipe, call, x, ("schedule", 2, x.shape), "embeds", {}, "stats")]

@@ -382,11 +382,13 @@ class FamilyHooks:
         """Which expert runs each step (all 0 with one transformer)."""
         return [0] * int(self.step_state(state).num_inference_steps)
 
-    def denoise(self, call: Call, x: Any, state: Any, embeds: Any, cond: dict, stats: RunStats) -> tuple:
-        """``(latents, state)`` after every step: by default each step run by the expert
-        :meth:`expert_plan` picks, the steps of one expert as one segment
-        (:meth:`Denoiser.segments <vidax.pipelines.run.Denoiser.segments>`)."""
-        return self.pipe.denoiser.segments(self.pipe, call, x, state, embeds, cond, stats)
+    def denoise(self, call: Call, x: Any, embeds: Any, cond: dict, stats: RunStats) -> Any:
+        """The latents after every step of the call's schedule (:meth:`set_timesteps` of the
+        prepared latents ``x``): by default each step run by the expert :meth:`expert_plan` picks,
+        the steps of one expert as one segment
+        (:meth:`Denoiser.segments <vidax.pipelines.denoiser.Denoiser.segments>`)."""
+        state = self.set_timesteps(call, x)
+        return self.pipe.denoiser.segments(self.pipe, call, x, state, embeds, cond, stats)[0]
 
     def final_latents(self, call: Call, latents: jax.Array, cond: dict) -> jax.Array:
         """Latents after the last step -> what is decoded / returned."""

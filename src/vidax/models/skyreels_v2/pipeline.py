@@ -344,7 +344,7 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
         return 0
 
     # ------------------------------------------------------------------ the run
-    def denoise(self, call, x, state, embeds, cond, stats):
+    def denoise(self, call, x, embeds, cond, stats):
         """Every chunk in turn (module docstring); returns the whole video's latents (host
         float32: :class:`~vidax.models.skyreels_v2.long_video.FinishedLatents`), each chunk
         decoded as it ends with ``on_chunk`` (:mod:`~vidax.models.skyreels_v2.long_video`)."""
@@ -389,7 +389,7 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
             if chunk_done is not None:
                 chunk_done(k, lat[:, chunk.overlap :], end, stats)
             del lat
-        return finished.video(), state
+        return finished.video()
 
     def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
         """``(latents, chunk, end)`` of a chunk before its first step: the text-to-video chunk as it
