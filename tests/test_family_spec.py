@@ -158,3 +158,58 @@ def test_hooks_read_the_pipeline_by_name_only():
         for name in ("vae", "dtype", "info", "scheduler"):
             with pytest.raises(AttributeError):
                 getattr(hooks, name)
+
+
+def test_family_call_rules_run_around_the_shared_checks(tmp_path):
+    """A family's declared call rules (:class:`~vidax.pipelines.call.CallRule`) run around the
+    shared checks, with no callback: each ``before`` in order (the first rule the outermost) on the
+    keywords the rules before it made, the shared checks on the last ones, each ``after`` in the
+    reverse order with the keywords its own ``before`` was given."""
+    from vidax.pipelines.call import CallRule
+
+    plan = read_plan(configs_folder(tmp_path, "wan"), random_weights=True)
+    seen = []
+
+    def rule(name, steps):
+        def before(family, info, keywords):
+            seen.append((name, "before", keywords["num_inference_steps"]))
+            return {**keywords, "num_inference_steps": steps}
+
+        def after(family, info, call, keywords):
+            seen.append((name, "after", keywords["num_inference_steps"], call.num_inference_steps))
+            return dataclasses.replace(call, given=call.given | {name})
+
+        return CallRule(before, after)
+
+    class Hooks(plan.pipeline.family):
+        call_rules = (rule("outer", 3), rule("inner", 4))
+
+    class Pipeline(plan.pipeline):
+        family = Hooks
+
+    call = Pipeline.check_call(plan.info, "a cat", num_inference_steps=2)
+    assert call.num_inference_steps == 4 and {"outer", "inner"} <= call.given
+    assert seen == [
+        ("outer", "before", 2),
+        ("inner", "before", 3),
+        ("inner", "after", 3, 4),
+        ("outer", "after", 2, 4),
+    ]
+
+
+def test_default_denoise_makes_the_schedule_it_runs():
+    """``FamilyHooks.denoise`` makes the call's schedule (``set_timesteps`` of the prepared
+    latents) and hands it to ``pipe.denoiser.segments``, so the run enters it once: the latents
+    it returns are the loop's."""
+    from types import SimpleNamespace
+
+    from vidax.pipelines.hooks import FamilyHooks
+
+    handed = []
+    scheduler = SimpleNamespace(set_timesteps=lambda n, sample_shape: ("schedule", n, sample_shape))
+    denoiser = SimpleNamespace(segments=lambda *args: handed.append(args) or ("latents after", "state after"))
+    pipe = SimpleNamespace(scheduler=scheduler, denoiser=denoiser)
+    call = SimpleNamespace(num_inference_steps=2)
+    x = np.zeros((1, 2, 4, 4, 3), np.float32)
+    assert FamilyHooks(pipe).denoise(call, x, "embeds", {}, "stats") == "latents after"
+    assert handed == [(pipe, call, x, ("schedule", 2, x.shape), "embeds", {}, "stats")]

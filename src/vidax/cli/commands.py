@@ -94,7 +94,8 @@ def _read_number(args: list, i: int, numbers: dict, command: NumberCommand) -> s
 class GenerateCommand(NumberCommand):
     """``vidax generate``: typer's command plus one flag per call keyword of :func:`call_options`,
     added when first asked for (``--help`` or a run). Their values reach the command as
-    ``ctx.meta["call"]`` (name -> value, None where not given)."""
+    ``ctx.meta["call"]`` (name -> value, None where not given), taken out of the parsed flags by
+    :meth:`parse_args` (typer hands the command's function only the keywords of its signature)."""
 
     def declared(self) -> list:
         """The flags of the declared call keywords (in :attr:`params` from the first call on)."""
@@ -107,9 +108,10 @@ class GenerateCommand(NumberCommand):
         self.declared()
         return super().get_params(ctx)
 
-    def invoke(self, ctx: typer.Context):
+    def parse_args(self, ctx: typer.Context, args: list) -> list:
+        rest = super().parse_args(ctx, args)
         ctx.meta["call"] = {p.name: ctx.params.pop(p.name) for p in self.declared()}
-        return super().invoke(ctx)
+        return rest
 
     def valid(self, param) -> str:
         """What a flag takes, in words: a call keyword's as its declaration says (``--fps``: the

@@ -6,7 +6,7 @@
 (from the configs alone, so a bad argument costs no weight read), CFG batching, the denoising loop
 (one jitted step, or the blocks streamed from host memory, in segments of one expert each),
 decoding through the VAE contract, the run summary and progress bars. It holds the denoising
-loop as a collaborator, :attr:`denoiser` (:class:`~vidax.pipelines.run.Denoiser`: one expert's
+loop as a collaborator, :attr:`denoiser` (:class:`~vidax.pipelines.denoiser.Denoiser`: one expert's
 segment of steps, its step cache, the compiled steps), and walks a call with
 :func:`~vidax.pipelines.run.run_checked`; the decode is :func:`~vidax.pipelines.output.decode_video`.
 The family is an object it holds, not a base: a family's pipeline class names its hooks
@@ -37,6 +37,7 @@ from vidax.pipelines.caching import StepCaching
 from vidax.pipelines.call import SHARED_CALL_ARGS, Call
 from vidax.pipelines.call_checks import MAX_SEED, CallChecks, Capabilities, SizeLimits
 from vidax.pipelines.common import VideoPipelineOutput
+from vidax.pipelines.denoiser import Denoiser, check_step_dtypes
 from vidax.pipelines.diffusers_compat import DiffusersPipelineMethods, vae_scale_factors
 from vidax.pipelines.experts import Experts
 from vidax.pipelines.hooks import FamilyHooks, frames_of_form, video_latent_shape
@@ -51,7 +52,7 @@ from vidax.pipelines.memory import (
 )
 from vidax.pipelines.output import MAX_DECODE_LATENT, check_finite, finite_array
 from vidax.pipelines.prompts import PromptEncoding, prompt_texts, text_truncation, tokenizer_token_limit
-from vidax.pipelines.run import Denoiser, check_step_dtypes, run_checked
+from vidax.pipelines.run import run_checked
 from vidax.pipelines.staging import Staging
 
 logger = logging.getLogger("vidax.pipeline")
@@ -73,7 +74,7 @@ class VideoPipeline(
         (:class:`~vidax.pipelines.hooks.FamilyHooks`; the class's ``family``). defaults: :class:`CallDefaults`. dtype: transformer dtype.
         mesh: the device mesh or None. staging: where the text encoder / VAE wait.
         experts: the denoising transformers (:class:`~vidax.pipelines.experts.Experts`).
-        denoiser: the denoising loop (:class:`~vidax.pipelines.run.Denoiser`), which owns the
+        denoiser: the denoising loop (:class:`~vidax.pipelines.denoiser.Denoiser`), which owns the
         compiled steps. capabilities: what the pipeline accepts (:class:`Capabilities`,
         declared). lora: the LoRA adapters (:class:`~vidax.lora.adapters.LoraAdapters`,
         diffusers' LoRA methods act on them). vae_scale_factor_spatial, vae_scale_factor_temporal

@@ -110,3 +110,39 @@ def cancel_check(cancel: Any) -> Callable[[], bool] | None:
     raise InputError(
         f"cancel must be a threading.Event, a callable returning True to stop, or None, got {type(cancel).__name__}"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class CallRule:
+    """One rule of a family's call check, declared (``FamilyHooks.call_rules``) and run by the
+    shared check (:meth:`CallChecks.check_call <vidax.pipelines.call_checks.CallChecks.check_call>`)
+    around the checks every family runs, where the family's reference reads a keyword before them
+    (a default negative prompt, a size taken from the image, a step count from ``sigmas``) or
+    decides something after them (CFG by its own rule, a keyword's default not counted as given).
+
+    ``before(family, info, keywords) -> keywords``: the call's keywords (``prompt`` and
+    ``negative_prompt`` among them, None where not given) as the shared checks are to take them;
+    it may raise InputError for what the reference refuses first. ``after(family, info, call,
+    keywords) -> Call``: the checked :class:`Call` completed, ``keywords`` being those this rule's
+    ``before`` was given. ``family``: the pipeline class's hooks class (``cls.family``). Either may
+    be None. The rules of a family run in order before the shared checks, and in the reverse
+    order after them (the first rule is the outermost)."""
+
+    before: Callable[[Any, Any, dict], dict] | None = None
+    after: Callable[[Any, Any, Call, Mapping], Call] | None = None
+
+
+def default_negative_prompt(text: str) -> CallRule:
+    """The rule of a family whose reference fills ``negative_prompt=None`` with ``text`` (Cosmos'
+    default negative prompt, Cosmos 3's ``""``): the text is checked as the negative prompt and
+    not counted as given (:attr:`Call.given`)."""
+
+    def before(family: Any, info: Any, keywords: dict) -> dict:
+        return keywords if keywords.get("negative_prompt") is not None else {**keywords, "negative_prompt": text}
+
+    def after(family: Any, info: Any, call: Call, keywords: Mapping) -> Call:
+        if keywords.get("negative_prompt") is not None:
+            return call
+        return dataclasses.replace(call, given=call.given - {"negative_prompt"})
+
+    return CallRule(before, after)

@@ -6,7 +6,6 @@ declares it takes (:class:`Capabilities`, the keywords and options).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -280,8 +279,10 @@ class CallChecks:
 
     @classmethod
     def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> Call:
-        """Check a call's arguments against the checkpoint's configs and fill in the defaults
-        (the family's ``check_call`` around :func:`check_shared_call`).
+        """Check a call's arguments against the checkpoint's configs and fill in the defaults:
+        :func:`check_shared_call` inside the family's declared
+        :attr:`~vidax.pipelines.hooks.FamilyHooks.call_rules` (each rule's ``before`` in order,
+        the shared checks, each rule's ``after`` in the reverse order).
 
         ``kwargs``: the shared keywords (:class:`SharedArgs`) and the family's own.
         Needs no weights: ``vidax generate`` runs it before loading.
@@ -290,7 +291,15 @@ class CallChecks:
             InputError: an unknown keyword, or an argument that is not valid (the message names
                 it, its value and what is valid).
         """
-        return cls.family.check_call(functools.partial(check_shared_call, cls), info, prompt, negative_prompt, **kwargs)
+        keywords = {"prompt": prompt, "negative_prompt": negative_prompt, **kwargs}
+        seen = []  # the keywords each rule's before was given, for its after
+        for rule in cls.family.call_rules:
+            seen.append(keywords)
+            keywords = keywords if rule.before is None else rule.before(cls.family, info, dict(keywords))
+        call = check_shared_call(cls, info, **keywords)
+        for rule, given in reversed(list(zip(cls.family.call_rules, seen))):
+            call = call if rule.after is None else rule.after(cls.family, info, call, given)
+        return call
 
 
 def check_shared_call(

@@ -8,7 +8,7 @@ latents, the transformer's inputs of one step and the scheduler update, what is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import jax
@@ -18,7 +18,7 @@ import numpy as np
 from vidax.checkpoint import Checkpoint, CheckpointInfo
 from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Arg, ConfigError
-from vidax.pipelines.call import Call
+from vidax.pipelines.call import Call, CallRule
 from vidax.pipelines.call_checks import SizeLimits
 from vidax.pipelines.memory import ModelSize
 from vidax.pipelines.options import CallOption
@@ -64,7 +64,7 @@ class FamilyHooks:
 
     * the declarations (class attributes: :attr:`task`, :attr:`call_options`,
       :attr:`latent_streams`, ...) and the configs-only hooks (class methods of ``(info, call)``:
-      :meth:`read_checkpoint`, :meth:`check_call`, :meth:`latent_shapes`, :meth:`model_size`, ...):
+      :meth:`read_checkpoint`, :attr:`call_rules`, :meth:`latent_shapes`, :meth:`model_size`, ...):
       the family's description, read before any weight exists (``WanPipeline.family.X``; the
       :class:`~vidax.pipelines.spec.FamilySpec` reads them);
     * the runtime hooks (methods: :meth:`condition`, :meth:`prepare_latents`, :meth:`step_args`,
@@ -94,6 +94,11 @@ class FamilyHooks:
     call_options: ClassVar[tuple[CallOption, ...]] = ()
     #: The shared keywords this family does not take.
     unsupported_call_args: ClassVar[tuple[str, ...]] = ()
+    #: The family's own rules of a call's check (:class:`~vidax.pipelines.call.CallRule`), run
+    #: by the shared check around the checks every family runs, where its reference reads a
+    #: keyword before them (a default negative prompt, a size taken from the image) or decides
+    #: CFG by its own rule; none by default.
+    call_rules: ClassVar[tuple[CallRule, ...]] = ()
     #: Components staged when device memory is short, in order.
     stageable: ClassVar[tuple[str, ...]] = ("text_encoder", "vae")
     #: The dtype classifier-free guidance combines predictions in (None: the model output's).
@@ -164,27 +169,6 @@ class FamilyHooks:
         return None
 
     @classmethod
-    def check_call(
-        cls,
-        shared: Callable[..., Call],
-        info: CheckpointInfo,
-        prompt: Any = None,
-        negative_prompt: Any = None,
-        **kwargs,
-    ) -> Call:
-        """The call's keywords checked against the configs, the defaults filled: ``shared`` (the
-        checks every family runs, :func:`~vidax.pipelines.call_checks.check_shared_call` bound to
-        the pipeline class, called as ``shared(info, prompt, negative_prompt, **kwargs)``) by
-        default; a family whose reference reads a keyword before them (a default negative
-        prompt, a size taken from the image) or decides CFG by its own rule wraps it.
-
-        Raises:
-            InputError: an unknown keyword, or an argument that is not valid (the message names
-                it, its value and what is valid).
-        """
-        return shared(info, prompt, negative_prompt, **kwargs)
-
-    @classmethod
     def resolve_num_frames(cls, info: CheckpointInfo, num_frames: int) -> int:
         """The frame count the reference uses for ``num_frames`` (may warn)."""
         return num_frames
@@ -232,7 +216,7 @@ class FamilyHooks:
     @classmethod
     def size_limits(cls, info: CheckpointInfo) -> SizeLimits:
         """The largest height / width / num_frames the model can represent (e.g. its RoPE
-        tables' length); :meth:`check_call` refuses more, naming the largest valid value."""
+        tables' length); the call's check refuses more, naming the largest valid value."""
         return SizeLimits()
 
     @classmethod
@@ -244,7 +228,7 @@ class FamilyHooks:
     def text_token_limit(cls, info: CheckpointInfo) -> tuple[int, str] | None:
         """``(largest max_sequence_length, why)`` the checkpoint's tokenizer / text encoders take
         (their position tables, the tokenizer's ``model_max_length``, the reference's bound), or
-        None for no limit; :meth:`check_call` refuses more."""
+        None for no limit; the call's check refuses more."""
         return None
 
     @classmethod
@@ -398,11 +382,13 @@ class FamilyHooks:
         """Which expert runs each step (all 0 with one transformer)."""
         return [0] * int(self.step_state(state).num_inference_steps)
 
-    def denoise(self, call: Call, x: Any, state: Any, embeds: Any, cond: dict, stats: RunStats) -> tuple:
-        """``(latents, state)`` after every step: by default each step run by the expert
-        :meth:`expert_plan` picks, the steps of one expert as one segment
-        (:meth:`Denoiser.segments <vidax.pipelines.run.Denoiser.segments>`)."""
-        return self.pipe.denoiser.segments(self.pipe, call, x, state, embeds, cond, stats)
+    def denoise(self, call: Call, x: Any, embeds: Any, cond: dict, stats: RunStats) -> Any:
+        """The latents after every step of the call's schedule (:meth:`set_timesteps` of the
+        prepared latents ``x``): by default each step run by the expert :meth:`expert_plan` picks,
+        the steps of one expert as one segment
+        (:meth:`Denoiser.segments <vidax.pipelines.denoiser.Denoiser.segments>`)."""
+        state = self.set_timesteps(call, x)
+        return self.pipe.denoiser.segments(self.pipe, call, x, state, embeds, cond, stats)[0]
 
     def final_latents(self, call: Call, latents: jax.Array, cond: dict) -> jax.Array:
         """Latents after the last step -> what is decoded / returned."""

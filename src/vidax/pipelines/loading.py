@@ -255,8 +255,8 @@ def from_pipe(cls: type, pipe: Any) -> Any:
     Raises:
         InputError: ``pipe`` is of another family, or its checkpoint does not do ``cls``'s task.
     """
+    from vidax.pipelines.denoiser import Denoiser
     from vidax.pipelines.presets import family_of
-    from vidax.pipelines.run import Denoiser
 
     if family_of(type(pipe)) != family_of(cls):
         raise InputError(

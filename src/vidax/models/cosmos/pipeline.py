@@ -38,7 +38,6 @@ one. Complying with the license is up to the user.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -53,6 +52,7 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import nearest_resize, one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
+from vidax.pipelines.call import default_negative_prompt
 from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import VIDEO_FILE, CallOption
@@ -154,6 +154,9 @@ class CosmosPredictHooks(FamilyHooks):
 
     # diffusers 0.42.1: no cache context around the transformer calls, no block metadata.
     cache_reference = False
+    #: ``negative_prompt=None`` is the reference's :data:`DEFAULT_NEGATIVE_PROMPT` (``""`` is an
+    #: empty negative prompt, as there).
+    call_rules = (default_negative_prompt(DEFAULT_NEGATIVE_PROMPT),)
 
     call_options = (
         CallOption(
@@ -187,15 +190,6 @@ class CosmosPredictHooks(FamilyHooks):
     @classmethod
     def read_checkpoint(cls, checkpoint: Checkpoint) -> CosmosInfo:
         return read_cosmos_checkpoint(checkpoint)
-
-    @classmethod
-    def check_call(cls, shared, info: CosmosInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        """As :meth:`VideoPipeline.check_call`; ``negative_prompt=None`` is the reference's
-        :data:`DEFAULT_NEGATIVE_PROMPT` (``""`` is an empty negative prompt, as there)."""
-        if negative_prompt is not None:
-            return super().check_call(shared, info, prompt, negative_prompt, **kwargs)
-        call = super().check_call(shared, info, prompt, DEFAULT_NEGATIVE_PROMPT, **kwargs)
-        return dataclasses.replace(call, given=call.given - {"negative_prompt"})
 
     @classmethod
     def resolve_num_frames(cls, info: CosmosInfo, num_frames: int) -> int:

@@ -60,6 +60,7 @@ from vidax.models.cosmos.pipeline import refuse_image_and_video
 from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
+from vidax.pipelines.call import CallRule, default_negative_prompt
 from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
@@ -184,6 +185,40 @@ COMPONENTS = ComponentTable(
 )
 
 
+def _refused_first(family: Any, info: Cosmos3Info, keywords: dict) -> dict:
+    """Before the shared checks, Cosmos 3's refusals: ``action=``; ``enable_sound`` on a checkpoint
+    without sound; ``sound_latents=`` without ``enable_sound``. 2-dimensional ``sound_latents``
+    (the reference's one-video layout) get their batch axis."""
+    if keywords.get("action") is not None:
+        raise InputError(Arg("action", keyword=True), ": ", refused_value_reason("action"))
+    keywords.pop("action", None)
+    sound = keywords.get("enable_sound")
+    if sound:
+        if info.sound_config is None or not info.transformer_config.sound_gen:
+            raise InputError(
+                Arg("enable_sound", sound),
+                f": {info.checkpoint.root} has no sound "
+                f"{'tokenizer (sound_tokenizer)' if info.sound_config is None else 'head (sound_gen false in its transformer config)'}; "
+                "leave it off",
+            )
+    elif keywords.get("sound_latents") is not None:
+        raise InputError(
+            Arg("sound_latents", keyword=True),
+            " is given but ",
+            Arg("enable_sound", keyword=True),
+            " is not; the reference uses sound latents only with enable_sound=True",
+        )
+    if keywords.get("sound_latents") is not None and np.ndim(keywords["sound_latents"]) == 2:
+        # the reference's layout (sound_dim, T_sound), which it uses as they are: one video's
+        keywords["sound_latents"] = np.asarray(keywords["sound_latents"])[None]
+    return keywords
+
+
+def _cfg_unless_one(family: Any, info: Cosmos3Info, call: Any, keywords: Any) -> Any:
+    """After the shared checks: CFG runs whenever ``guidance_scale != 1`` (as the reference)."""
+    return dataclasses.replace(call, cfg=call.guidance_scale != 1.0)
+
+
 class Cosmos3OmniHooks(FamilyHooks):
     """The hooks of :class:`Cosmos3OmniPipeline`."""
 
@@ -191,6 +226,8 @@ class Cosmos3OmniHooks(FamilyHooks):
     takes_image = True  # image- and video-to-video as conditioning frames, as diffusers'
 
     latent_streams = ("latents", "sound_latents")
+    #: Cosmos 3's refusals first; ``negative_prompt=None`` is ``""``; CFG unless guidance is 1.
+    call_rules = (CallRule(_refused_first, _cfg_unless_one), default_negative_prompt(""))
     audio_stream = "sound_latents"
     audio_latents_layout = (
         "(batch, sound_dim, sound latent frames), or (sound_dim, sound latent frames) for one "
@@ -287,38 +324,6 @@ class Cosmos3OmniHooks(FamilyHooks):
                 info.sound_length(call.num_frames, call.extra.get("fps", FRAME_RATE)),
             )
         return shapes
-
-    @classmethod
-    def check_call(cls, shared, info: Cosmos3Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        """As :meth:`VideoPipeline.check_call`, with Cosmos 3's refusals first (``action=``;
-        ``enable_sound`` on a checkpoint without sound; ``sound_latents=`` without
-        ``enable_sound``); CFG runs whenever ``guidance_scale != 1`` (as the reference)."""
-        if kwargs.get("action") is not None:
-            raise InputError(Arg("action", keyword=True), ": ", refused_value_reason("action"))
-        kwargs.pop("action", None)
-        sound = kwargs.get("enable_sound")
-        if sound:
-            if info.sound_config is None or not info.transformer_config.sound_gen:
-                raise InputError(
-                    Arg("enable_sound", sound),
-                    f": {info.checkpoint.root} has no sound "
-                    f"{'tokenizer (sound_tokenizer)' if info.sound_config is None else 'head (sound_gen false in its transformer config)'}; "
-                    "leave it off",
-                )
-        elif kwargs.get("sound_latents") is not None:
-            raise InputError(
-                Arg("sound_latents", keyword=True),
-                " is given but ",
-                Arg("enable_sound", keyword=True),
-                " is not; the reference uses sound latents only with enable_sound=True",
-            )
-        if kwargs.get("sound_latents") is not None and np.ndim(kwargs["sound_latents"]) == 2:
-            # the reference's layout (sound_dim, T_sound), which it uses as they are: one video's
-            kwargs["sound_latents"] = np.asarray(kwargs["sound_latents"])[None]
-        call = super().check_call(shared, info, prompt, "" if negative_prompt is None else negative_prompt, **kwargs)
-        if negative_prompt is None:
-            call = dataclasses.replace(call, given=call.given - {"negative_prompt"})
-        return dataclasses.replace(call, cfg=call.guidance_scale != 1.0)
 
     @classmethod
     def check_family_call(cls, info: Cosmos3Info, call) -> None:

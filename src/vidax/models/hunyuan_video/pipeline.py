@@ -62,6 +62,7 @@ from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, image_first_call, prompt_texts, text_truncation
+from vidax.pipelines.call import CallRule
 from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
@@ -234,9 +235,10 @@ def i2v_crop_indices(
 SIGMAS_OPTION = CallOption("sigmas", OBJECT, "Custom, unshifted noise levels, one per step.")
 
 
-def steps_of_sigmas(kwargs: dict[str, Any]) -> dict[str, Any]:
+def steps_of_sigmas(family: Any, info: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call keywords with ``num_inference_steps = len(sigmas)`` where ``sigmas`` is given
-    without it (``retrieve_timesteps``: ``len(sigmas)`` steps)."""
+    without it (``retrieve_timesteps``: ``len(sigmas)`` steps); a
+    :class:`~vidax.pipelines.call.CallRule`'s ``before``."""
     if (
         kwargs.get("sigmas") is not None
         and kwargs.get("num_inference_steps") is None
@@ -281,11 +283,41 @@ COMPONENTS = ComponentTable(
 )
 
 
+def _hunyuan_video_call(family: Any, info: HunyuanVideoInfo, call: Any, keywords: Any) -> Any:
+    """After the shared checks: ``sigmas`` (:func:`check_sigmas`), the prompt template and
+    ``true_cfg_scale``; true CFG runs iff ``true_cfg_scale > 1`` and ``negative_prompt`` is not
+    None (the reference's rule).
+
+    Raises:
+        InputError: a ``true_cfg_scale`` / ``sigmas`` / ``prompt_template`` that is not valid.
+    """
+    call = check_sigmas(call, read_scheduler(family, info), family.schedule)
+    extra = dict(call.extra)
+    extra["prompt_template"] = checked_prompt_template(extra.get("prompt_template"), family.prompt_template)
+    scale = extra.get("true_cfg_scale", 1.0)  # a number >= 0 by its declaration
+    extra["true_cfg_scale"] = float(scale)
+    negative_prompt = keywords.get("negative_prompt")
+    cfg = scale > 1.0 and negative_prompt is not None
+    if scale > 1.0 and negative_prompt is None:
+        logger.warning(
+            "%s has no effect without %s (as in diffusers)", Arg("true_cfg_scale", scale), Arg("negative_prompt")
+        )
+    if cfg and call.guidance_scale > 1.0 and info.transformer_config.guidance_embeds and call.task == "i2v":
+        logger.warning(
+            "Both %s and %s are greater than 1.0: classifier-free guidance and embedded guidance are "
+            "both applied (as the reference warns)",
+            Arg("true_cfg_scale"),
+            Arg("guidance_scale"),
+        )
+    return dataclasses.replace(call, extra=extra, cfg=cfg)
+
+
 class HunyuanVideoHooks(FamilyHooks):
     """The HunyuanVideo family's hooks, in one place: what :class:`HunyuanVideoPipeline` and
     :class:`HunyuanVideoImageToVideoPipeline` share (:class:`HunyuanVideoPipeline`'s own; the image-to-video hooks subclass them)."""
 
     pipeline_name = "HunyuanVideoPipeline"
+    call_rules = (CallRule(steps_of_sigmas, _hunyuan_video_call),)
 
     separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
 
@@ -371,37 +403,6 @@ class HunyuanVideoHooks(FamilyHooks):
             decode_tile=HunyuanVideoTiling().tile_sample_min_height,
             decode_tile_stride=HunyuanVideoTiling().tile_sample_stride_height,
         )
-
-    @classmethod
-    def check_call(cls, shared, info: HunyuanVideoInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        """The shared checks, then ``true_cfg_scale`` / ``sigmas``; true CFG runs iff
-        ``true_cfg_scale > 1`` and ``negative_prompt`` is not None (the reference's rule).
-
-        Raises:
-            InputError: as the base, or a ``true_cfg_scale`` / ``sigmas`` that is not valid.
-        """
-        call = check_sigmas(
-            super().check_call(shared, info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
-            read_scheduler(cls, info),
-            cls.schedule,
-        )
-        extra = dict(call.extra)
-        extra["prompt_template"] = checked_prompt_template(extra.get("prompt_template"), cls.prompt_template)
-        scale = extra.get("true_cfg_scale", 1.0)  # a number >= 0 by its declaration
-        extra["true_cfg_scale"] = float(scale)
-        cfg = scale > 1.0 and negative_prompt is not None
-        if scale > 1.0 and negative_prompt is None:
-            logger.warning(
-                "%s has no effect without %s (as in diffusers)", Arg("true_cfg_scale", scale), Arg("negative_prompt")
-            )
-        if cfg and call.guidance_scale > 1.0 and info.transformer_config.guidance_embeds and call.task == "i2v":
-            logger.warning(
-                "Both %s and %s are greater than 1.0: classifier-free guidance and embedded guidance are "
-                "both applied (as the reference warns)",
-                Arg("true_cfg_scale"),
-                Arg("guidance_scale"),
-            )
-        return dataclasses.replace(call, extra=extra, cfg=cfg)
 
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:

@@ -58,6 +58,7 @@ from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
 from vidax.models.hunyuan_video15.vae import TILED_DECODE_SAMPLE_TILE
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, image_first_call, prompt_texts, text_truncation
+from vidax.pipelines.call import CallRule
 from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.prompts import encode_with
@@ -79,6 +80,56 @@ COMPONENTS = ComponentTable(
 COMPONENTS_I2V = dataclasses.replace(COMPONENTS, weighted={**COMPONENTS.weighted, "image_encoder": TEXT_ENCODERS})
 
 
+def _guider_call(family: Any, info: HunyuanVideo15Info, call: Any, keywords: Any) -> Any:
+    """After the shared checks: ``sigmas`` (``num_inference_steps`` of them; their number when it
+    is not given, :func:`~vidax.models.hunyuan_video.pipeline.steps_of_sigmas`); CFG runs by the
+    guider's rule (``_is_cfg_enabled``).
+
+    Raises:
+        InputError: ``sigmas`` that are not valid.
+    """
+    call = check_sigmas(call, read_scheduler(family, info), HunyuanVideoHooks.schedule)
+    g = info.guider_config
+    off = 0.0 if g.use_original_formulation else 1.0
+    cfg = bool(g.enabled) and not math.isclose(call.guidance_scale, off)
+    if not cfg and "negative_prompt" in call.given:
+        logger.warning(
+            "%s has no effect: classifier-free guidance is off (%s, as the checkpoint's guider decides)",
+            Arg("negative_prompt"),
+            Arg("guidance_scale", call.guidance_scale),
+        )
+    return dataclasses.replace(call, cfg=cfg)
+
+
+def _size_of_image(family: Any, info: HunyuanVideo15Info, keywords: dict) -> dict:
+    """Before the shared checks of image-to-video: ``image`` required (one image), ``height`` /
+    ``width`` refused, the size taken from the image (:meth:`HunyuanVideo15ImageToVideoHooks.video_size`).
+
+    Raises:
+        InputError: no ``image``, several, or a malformed one; ``height`` or ``width`` given.
+    """
+    for name in ("height", "width"):
+        if keywords.get(name) is not None:
+            raise InputError(
+                f"{family.pipeline_name} takes no ",
+                Arg(name, keywords[name]),
+                ": the video's size is the "
+                f"target_size={info.transformer_config.target_size} bucket nearest the image's aspect "
+                "ratio (as diffusers' HunyuanVideo15ImageToVideoPipeline); crop the ",
+                Arg("image"),
+                " to choose another",
+            )
+    image = keywords.get("image")
+    one_image(image, f"{family.pipeline_name} takes")
+    size = {} if image is None else dict(zip(("height", "width"), family.video_size(info, image)))
+    return {**keywords, **size}
+
+
+def _size_not_given(family: Any, info: HunyuanVideo15Info, call: Any, keywords: Any) -> Any:
+    """After the shared checks of image-to-video: the size taken from the image is not counted as given."""
+    return dataclasses.replace(call, given=call.given - {"height", "width"})
+
+
 class HunyuanVideo15Hooks(FamilyHooks):
     """The HunyuanVideo 1.5 family's hooks, in one place: what :class:`HunyuanVideo15Pipeline` and
     :class:`HunyuanVideo15ImageToVideoPipeline` share (:class:`HunyuanVideo15Pipeline`'s own; the image-to-video hooks subclass them)."""
@@ -92,6 +143,7 @@ class HunyuanVideo15Hooks(FamilyHooks):
     prompt_embeds_args = ("prompt_embeds", "prompt_embeds_mask", "prompt_embeds_2", "prompt_embeds_mask_2")
     prompt_mask_dtype = np.int32
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
+    call_rules = (CallRule(steps_of_sigmas, _guider_call),)
     stageable = ("text_encoder", "text_encoder_2", "vae")
     latents_layout = "(batch, latent_channels, (num_frames - 1) // 4 + 1, height / 16, width / 16)"
     crop_start: int = CROP_START
@@ -127,32 +179,6 @@ class HunyuanVideo15Hooks(FamilyHooks):
             * info.vae_config.spatial_compression,
             decode_tile_keeps_factor=True,
         )
-
-    @classmethod
-    def check_call(
-        cls, shared, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any
-    ):
-        """The shared checks, then ``sigmas`` (``num_inference_steps`` of them; their number when
-        it is not given); CFG runs by the guider's rule (``_is_cfg_enabled``).
-
-        Raises:
-            InputError: as :meth:`VideoPipeline.check_call`, or ``sigmas`` that are not valid.
-        """
-        call = check_sigmas(
-            super().check_call(shared, info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
-            read_scheduler(cls, info),
-            HunyuanVideoHooks.schedule,
-        )
-        g = info.guider_config
-        off = 0.0 if g.use_original_formulation else 1.0
-        cfg = bool(g.enabled) and not math.isclose(call.guidance_scale, off)
-        if not cfg and "negative_prompt" in call.given:
-            logger.warning(
-                "%s has no effect: classifier-free guidance is off (%s, as the checkpoint's guider decides)",
-                Arg("negative_prompt"),
-                Arg("guidance_scale", call.guidance_scale),
-            )
-        return dataclasses.replace(call, cfg=cfg)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -273,6 +299,7 @@ class HunyuanVideo15ImageToVideoHooks(HunyuanVideo15Hooks):
 
     task = "i2v"
     stageable = HunyuanVideo15Hooks.stageable + ("image_encoder",)
+    call_rules = (CallRule(_size_of_image, _size_not_given), *HunyuanVideo15Hooks.call_rules)
 
     @classmethod
     def video_size(cls, info: HunyuanVideo15Info, image: Any) -> tuple[int, int]:
@@ -293,39 +320,6 @@ class HunyuanVideo15ImageToVideoHooks(HunyuanVideo15Hooks):
                 f"target_size={tr.target_size}, which is not a multiple of {mh}x{mw} ({info.size_reason})",
             )
         return height, width
-
-    @classmethod
-    def check_call(
-        cls,
-        shared,
-        info: HunyuanVideo15Info,
-        prompt: Any = None,
-        negative_prompt: Any = None,
-        *,
-        image: Any = None,
-        **kwargs: Any,
-    ):
-        """The text-to-video checks with ``image`` required (one image) and the size taken from it.
-
-        Raises:
-            InputError: as :meth:`HunyuanVideo15Pipeline.check_call`; no ``image``, several, or a
-                malformed one; ``height`` or ``width`` given.
-        """
-        for name in ("height", "width"):
-            if kwargs.get(name) is not None:
-                raise InputError(
-                    f"{cls.pipeline_name} takes no ",
-                    Arg(name, kwargs[name]),
-                    ": the video's size is the "
-                    f"target_size={info.transformer_config.target_size} bucket nearest the image's aspect "
-                    "ratio (as diffusers' HunyuanVideo15ImageToVideoPipeline); crop the ",
-                    Arg("image"),
-                    " to choose another",
-                )
-        one_image(image, f"{cls.pipeline_name} takes")
-        size = {} if image is None else dict(zip(("height", "width"), cls.video_size(info, image)))
-        call = super().check_call(shared, info, prompt, negative_prompt, image=image, **size, **kwargs)
-        return dataclasses.replace(call, given=call.given - {"height", "width"})
 
     def condition(self, call, stats) -> dict:
         """``image`` (B, 1, h, w, C) float32: the VAE mode of the cropped image times the scaling

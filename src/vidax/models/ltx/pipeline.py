@@ -744,10 +744,10 @@ class LTXConditionHooks(LTXHooks):
             tokens.append(torch_lerp(jax.random.normal(jax.random.fold_in(root, j), z.shape, jnp.float32), z, strength))
         return jnp.concatenate(tokens + [x.reshape(b, -1, c)], axis=1)
 
-    def denoise(self, call, x, state, embeds, cond, stats):
+    def denoise(self, call, x, embeds, cond, stats):
         # The per-step noise of the hard-conditioned tokens starts from the prepared latents (a
         # copy: the step donates the latents' buffer).
-        return super().denoise(call, x, state, embeds, {**cond, "init": jnp.array(x, copy=True)}, stats)
+        return super().denoise(call, x, embeds, {**cond, "init": jnp.array(x, copy=True)}, stats)
 
     # ------------------------------------------------------------------ steps
     def step_args(self, call, embeds, cond, state, expert):

@@ -68,6 +68,7 @@ from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
 from vidax.pipelines.base import ModelSize, VideoPipeline, finite_array, frames_of_form, prompt_texts, text_truncation
+from vidax.pipelines.call import CallRule
 from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.hooks import FamilyHooks
 from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
@@ -393,6 +394,56 @@ COMPONENTS = ComponentTable(
 )
 
 
+def _five_dimensional_latents(family: Any, keywords: Mapping) -> Any:
+    """The call's ``latents=`` where the family packs them and they are given 5-dimensional
+    ``(B, C, F', H', W')`` (else None)."""
+    latents = keywords.get("latents")
+    return latents if family.packed_latents and latents is not None and np.ndim(latents) == 5 else None
+
+
+def _ltx2_keywords(family: Any, info: LTX2Info, keywords: dict) -> dict:
+    """Before the shared checks: given latents with no ``num_frames`` refused where a duration head
+    would predict the length; 5-dimensional ``latents=`` held back (packed by :func:`_ltx2_call`)."""
+    given = [n for n in ("latents", "audio_latents") if keywords.get(n) is not None]
+    if info.duration_head and keywords.get("num_frames") is None and given:
+        # (their shapes are checked against the frame count before a prediction could run)
+        raise InputError(
+            Arg(given[0]),
+            " fixes the clip length: give ",
+            Arg("num_frames"),
+            " with it (the duration head predicts one only when neither is given)",
+        )
+    return {**keywords, "latents": None} if _five_dimensional_latents(family, keywords) is not None else keywords
+
+
+def _ltx2_call(family: Any, info: LTX2Info, call: Any, keywords: Mapping) -> Any:
+    """After the shared checks: one prompt where the duration head predicts the length, 5-dimensional
+    ``latents=`` packed (normalised in ``prepare_latents``), and CFG where ``guidance_scale`` or
+    ``audio_guidance_scale`` is > 1 (the reference's ``do_classifier_free_guidance``)."""
+    if _predicts_duration(info, call) and len(call.prompts) > 1:
+        raise InputError(
+            Arg("num_frames"),
+            f" not given asks the duration head for one clip length, but "
+            f"{len(call.prompts)} prompts were given; give num_frames= or one prompt (as "
+            "LTX2Pipeline)",
+        )
+    latents = _five_dimensional_latents(family, keywords)
+    if latents is not None:
+        value = finite_array("latents", latents)
+        b, n, c = family.latent_shape(info, call)
+        shape = (b, c, *info.latent_grid(call.num_frames, call.height, call.width))
+        if value.shape != shape:
+            raise InputError(
+                f"latents have shape {value.shape}, expected {shape} = (batch, latent channels, "
+                f"latent frames, height/{info.vae_config.spatial_compression}, width/"
+                f"{info.vae_config.spatial_compression}) or packed {(b, n, c)} for these arguments"
+            )
+        call = dataclasses.replace(
+            call, latents=value.transpose(0, 2, 3, 4, 1).reshape(b, n, c), extra={**call.extra, UNNORMALIZED: True}
+        )
+    return dataclasses.replace(call, cfg=guidance.does_cfg(call.extra, call.guidance_scale))
+
+
 class LTX2Hooks(FamilyHooks):
     """The LTX-2 family's hooks, in one place: what :class:`LTX2Pipeline`,
     :class:`~vidax.models.ltx2.pipeline_i2v.LTX2ImageToVideoPipeline` and
@@ -414,9 +465,10 @@ class LTX2Hooks(FamilyHooks):
     call_options = LTX2_OPTIONS
     prompt_embeds_args = ("prompt_embeds", "prompt_attention_mask")
     prompt_mask_dtype = np.int32
-    #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by :meth:`check_call`
-    #: (False: the pipeline takes 5-D latents as they are).
+    #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by the call's check
+    #: (:func:`_ltx2_call`; False: the pipeline takes 5-D latents as they are).
     packed_latents = True
+    call_rules = (CallRule(_ltx2_keywords, _ltx2_call),)
     latent_streams = ("latents", "audio_latents")
     # diffusers 0.42.1 registers no block metadata for LTX2VideoTransformerBlock: its First-Block
     # Cache and MagCache raise there. TaylorSeer runs.
@@ -509,47 +561,6 @@ class LTX2Hooks(FamilyHooks):
         if not info.duration_head:
             return super().default_length(info)
         return f"frames predicted by the duration head ({MIN_SECONDS:g}-{MAX_SECONDS:g} s; --num-frames overrides)"
-
-    @classmethod
-    def check_call(cls, shared, info: LTX2Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        """The shared checks, then CFG runs where ``guidance_scale`` or ``audio_guidance_scale``
-        is > 1 (the reference's ``do_classifier_free_guidance``). ``latents=`` of 5 dimensions
-        ``(B, C, F', H', W')`` are packed here (normalised in :meth:`prepare_latents`)."""
-        given = [n for n in ("latents", "audio_latents") if kwargs.get(n) is not None]
-        if info.duration_head and kwargs.get("num_frames") is None and given:
-            # (their shapes are checked against the frame count before a prediction could run)
-            raise InputError(
-                Arg(given[0]),
-                " fixes the clip length: give ",
-                Arg("num_frames"),
-                " with it (the duration head predicts one only when neither is given)",
-            )
-        latents = kwargs.get("latents")
-        five = cls.packed_latents and latents is not None and np.ndim(latents) == 5
-        call = super().check_call(
-            shared, info, prompt, negative_prompt, **{**kwargs, "latents": None} if five else kwargs
-        )
-        if _predicts_duration(info, call) and len(call.prompts) > 1:
-            raise InputError(
-                Arg("num_frames"),
-                f" not given asks the duration head for one clip length, but "
-                f"{len(call.prompts)} prompts were given; give num_frames= or one prompt (as "
-                "LTX2Pipeline)",
-            )
-        if five:
-            value = finite_array("latents", latents)
-            b, n, c = cls.latent_shape(info, call)
-            shape = (b, c, *info.latent_grid(call.num_frames, call.height, call.width))
-            if value.shape != shape:
-                raise InputError(
-                    f"latents have shape {value.shape}, expected {shape} = (batch, latent channels, "
-                    f"latent frames, height/{info.vae_config.spatial_compression}, width/"
-                    f"{info.vae_config.spatial_compression}) or packed {(b, n, c)} for these arguments"
-                )
-            call = dataclasses.replace(
-                call, latents=value.transpose(0, 2, 3, 4, 1).reshape(b, n, c), extra={**call.extra, UNNORMALIZED: True}
-            )
-        return dataclasses.replace(call, cfg=guidance.does_cfg(call.extra, call.guidance_scale))
 
     @classmethod
     def check_family_call(cls, info: LTX2Info, call) -> None:

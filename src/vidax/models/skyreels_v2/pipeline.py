@@ -35,6 +35,7 @@ from vidax.models.skyreels_v2.long_video import CHUNK_OPTIONS, DEFAULT_OVERLAP_H
 from vidax.models.wan.config import WanInfo
 from vidax.models.wan.pipeline import WanHooks, WanImageToVideoHooks, WanImageToVideoPipeline
 from vidax.pipelines.base import VideoPipeline, cfg_pair, image_first_call
+from vidax.pipelines.call import CallRule
 from vidax.pipelines.call_checks import SizeLimits
 from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
 from vidax.pipelines.prompts import encode_with
@@ -343,7 +344,7 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
         return 0
 
     # ------------------------------------------------------------------ the run
-    def denoise(self, call, x, state, embeds, cond, stats):
+    def denoise(self, call, x, embeds, cond, stats):
         """Every chunk in turn (module docstring); returns the whole video's latents (host
         float32: :class:`~vidax.models.skyreels_v2.long_video.FinishedLatents`), each chunk
         decoded as it ends with ``on_chunk`` (:mod:`~vidax.models.skyreels_v2.long_video`)."""
@@ -388,7 +389,7 @@ class SkyReelsV2ForcingHooks(LongVideo, WanHooks):
             if chunk_done is not None:
                 chunk_done(k, lat[:, chunk.overlap :], end, stats)
             del lat
-        return finished.video(), state
+        return finished.video()
 
     def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
         """``(latents, chunk, end)`` of a chunk before its first step: the text-to-video chunk as it
@@ -553,11 +554,20 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(VideoPipeline):
     __call__ = image_first_call
 
 
+def _overlap_history_default(family: Any, info: Any, keywords: dict) -> dict:
+    """``overlap_history`` :data:`DEFAULT_OVERLAP_HISTORY` where not given (diffusers' default,
+    None, fails in its ``prepare_latents``)."""
+    if keywords.get("overlap_history") is None:
+        keywords["overlap_history"] = DEFAULT_OVERLAP_HISTORY
+    return keywords
+
+
 class SkyReelsV2DiffusionForcingVideoToVideoHooks(SkyReelsV2ForcingHooks):
     """The hooks of :class:`SkyReelsV2DiffusionForcingVideoToVideoPipeline`."""
 
     pipeline_name = "SkyReelsV2DiffusionForcingVideoToVideoPipeline"
     task = "v2v"
+    call_rules = (CallRule(_overlap_history_default),)
     call_options = FORCING_OPTIONS + (
         CallOption(
             "video",
@@ -615,14 +625,6 @@ class SkyReelsV2DiffusionForcingVideoToVideoHooks(SkyReelsV2ForcingHooks):
                 " (num_frames counts the repeated frames and the new ones)",
             )
         super().check_family_call(info, call)
-
-    @classmethod
-    def check_call(cls, shared, info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        """The checks of every pipeline, with ``overlap_history`` :data:`DEFAULT_OVERLAP_HISTORY`
-        where not given (diffusers' default, None, fails in its ``prepare_latents``)."""
-        if kwargs.get("overlap_history") is None:
-            kwargs["overlap_history"] = DEFAULT_OVERLAP_HISTORY
-        return super().check_call(shared, info, prompt, negative_prompt, **kwargs)
 
     def condition(self, call, stats) -> dict:
         """``video_latents`` (B, P, h, w, C) float32: the normalised VAE encoding (the
