@@ -596,7 +596,7 @@ def _cosmos3_embeds(cfg, call):
 
 
 def _cosmos3_shapes(pipe, call, x, embeds, inputs):
-    lay = pipe._layout
+    lay = pipe.hooks._layout  # the Cosmos 3 hooks: the token layout of the call being run
     t, hp, wp = lay.grid
     sound = lay.sound or 0
     return {
