@@ -242,7 +242,7 @@ def test_the_plans_larger_tiles_reach_the_vae(ckpt, monkeypatch):
     asked = with_memory(with_placement(plan), vae_tiling=True)
     assert (asked.vae_tiling, asked.vae_tile_scale) == (True, 1)
     pipe = placed.pipeline.from_plan(placed, progress=False)
-    assert pipe.vae.tiling == WanTiling(512, 512, 448, 448, use_tiling=True)
+    assert pipe.vae.tiling == WanTiling(512, 512, 448, 448, use_tiling=True, same_shape_tiles=True)
 
 
 def test_too_small_is_refused_before_loading_naming_what_fits(ckpt, tmp_path, monkeypatch):
@@ -319,8 +319,8 @@ def test_text_encoder_layers_flag_wins(ckpt, tmp_path, monkeypatch):
 def test_memory_remedies_are_only_settings_the_run_takes(ckpt):
     """Each remedy of a memory refusal is one the re-planned run takes and fits with (a device
     where everything fits offers them all): 8-bit kernels name --dtype bfloat16 as an argument
-    where float32 with them does not fit, and are not offered to random weights (which refuse a
-    weight format)."""
+    where float32 with them does not fit; random weights take them too (made as 8-bit kernels);
+    a plan whose kernels are 8-bit already is not offered them again."""
     from vidax.pipelines.device_plan import remedies
 
     plan = _plan(ckpt)
@@ -329,6 +329,9 @@ def test_memory_remedies_are_only_settings_the_run_takes(ckpt):
     assert "weight_dtype='int8' (8-bit transformer kernels)" in offered, offered
     random = with_placement(with_call(read_plan(ckpt, random_weights=True), prompt=PROMPT, **ARGS))
     offered = [str(m) for m in remedies(random, random.call, plan_device(random, random.call, 2**40, None))]
+    assert "weight_dtype='int8' (8-bit transformer kernels)" in offered, offered
+    eight = with_placement(with_call(read_plan(ckpt, weight_dtype="int8"), prompt=PROMPT, **ARGS))
+    offered = [str(m) for m in remedies(eight, eight.call, plan_device(eight, eight.call, 2**40, None))]
     assert offered and not any("weight_dtype" in m for m in offered), offered
 
 

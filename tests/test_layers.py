@@ -1,5 +1,7 @@
 """vidax.nn.layers.Linear / matmul: the float32-accumulating bf16 path on CPU."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -352,6 +354,8 @@ def test_tiled_decode_scale_is_enable_tiling_with_larger_tiles(kind):
     vae.enable_tiling(**_SCALE_2[kind])
     if vae.TILING_FRAMEWISE is not None:
         vae.use_framewise_decoding = True
+    if kind == "wan":  # the plan's larger tiles are all of one shape (one tile program)
+        vae.tiling = dataclasses.replace(vae.tiling, same_shape_tiles=True)
     assert scaled == vae.tiling != default
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(InputError, match=rf"^scale={bad!r} must be a positive integer"):
@@ -489,3 +493,30 @@ def test_text_encoders_pass_bf16_stacks_as_bits_bit_identically(kind):
     assert float(jnp.abs(got[0].astype(jnp.float32)).max()) > 0
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+
+
+@pytest.mark.parametrize("size", [(9, 13), (7, 4), (12, 10)])
+def test_same_shape_tiles_cover_the_frame_exactly(size):
+    """:func:`vidax.nn.tiling.tiled` with ``same_shape``: every tile has the tile's shape (the last
+    of an axis ends at the edge), and a tile function consistent across tiles (here each latent
+    pixel made a 2 x 2 block) gives back exactly the untiled result: the offsets, blends and kept
+    parts of the shifted last tiles put every pixel where it belongs. The reference layout on the
+    same input does too, with its last tiles cut short."""
+    from vidax.nn.tiling import tile_starts, tiled
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, *size, 3)).astype(np.float32)
+    up = lambda a: np.repeat(np.repeat(a, 2, axis=2), 2, axis=3)  # noqa: E731
+    shapes = set()
+
+    def run(t):
+        shapes.add(t.shape)
+        return up(np.asarray(t)).copy()
+
+    # tiles of 5 every 3 (an overlap of 2 latent pixels = 4 output pixels; kept 6 of 10)
+    same = tiled(run, x, (5, 5), (3, 3), (4, 4), (6, 6), same_shape=True)
+    assert shapes == {(1, 2, min(5, size[0]), min(5, size[1]), 3)}
+    np.testing.assert_array_equal(same, up(x))
+    ref = tiled(run, x, (5, 5), (3, 3), (4, 4), (6, 6))[:, :, : 2 * size[0], : 2 * size[1]]
+    np.testing.assert_allclose(ref, up(x), rtol=1e-6, atol=1e-6)
+    assert len(tile_starts(size[0], 5, 3, True)) <= len(tile_starts(size[0], 5, 3))

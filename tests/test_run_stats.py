@@ -283,7 +283,7 @@ def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, mo
     monkeypatch.setattr(pipe.hooks, "decode", lambda *a: seen.append(pipe.vae.tiling) or decode(*a))
     monkeypatch.setattr(memory, "available_memory", lambda: (free, "test memory"))
     out = pipe("a cat", **{**TINY, "height": 144, "width": 544}, seed=0)
-    assert seen == [WanTiling(512, 512, 448, 448, use_tiling=True)]
+    assert seen == [WanTiling(512, 512, 448, 448, use_tiling=True, same_shape_tiles=True)]
     assert not pipe.vae.use_tiling and out.frames.shape == (1, 5, 144, 544, 3)
 
 

@@ -53,6 +53,16 @@ def blend(a: np.ndarray, b: np.ndarray, extent: int, axis: int) -> None:
     b[tuple(index)] = mixed
 
 
+def tile_starts(size: int, tile: int, step: int, same_shape: bool = False) -> list[int]:
+    """Where the tiles of one axis of ``size`` start: every ``step`` from 0 (the reference's
+    ``range(0, size, step)``: the last tiles cut short by the edge); ``same_shape``: every ``step``
+    while a whole tile fits, then one ending at the edge (every tile ``tile`` long where ``size``
+    is at least that; never more tiles than the reference's)."""
+    if not same_shape or size <= tile:
+        return list(range(0, size, step)) if not same_shape else [0]
+    return list(range(0, size - tile, step)) + [size - tile]
+
+
 def tiled(
     run: Callable[[Any], np.ndarray],
     x,
@@ -60,6 +70,7 @@ def tiled(
     step: Sequence[int],
     extent: Sequence[int],
     limit: Sequence[int],
+    same_shape: bool = False,
 ) -> np.ndarray:
     """The reference's spatial tile loop over ``x (B, T, H, W, C)``.
 
@@ -68,21 +79,37 @@ def tiled(
     result is blended with the one above over ``extent[0]`` rows and with the one to its left
     over ``extent[1]`` columns (:func:`blend`, in place), its first ``limit[0]`` x ``limit[1]``
     rows / columns are kept, and the kept pieces are concatenated. Host float32.
+
+    ``same_shape`` (where ``limit + extent`` is a whole output tile): the last tile of an axis
+    ends at the edge instead of being cut short (:func:`tile_starts`), so every tile has one
+    shape (one compiled program); it overlaps the tile before by more than ``extent``, and its
+    output from where that tile's kept part ends is blended there over ``extent`` and kept to
+    the edge.
     """
     height, width = x.shape[2:4]
-    rows = [
-        [run(x[:, :, i : i + tile[0], j : j + tile[1]]) for j in range(0, width, step[1])]
-        for i in range(0, height, step[0])
+    starts = [tile_starts(n, t, s, same_shape) for n, t, s in zip((height, width), tile, step)]
+    rows = [[run(x[:, :, i : i + tile[0], j : j + tile[1]]) for j in starts[1]] for i in starts[0]]
+    # where each tile's own part begins in its output (0 but for a same-shape last tile)
+    scale = [lim / st for lim, st in zip(limit, step)]
+    offset = [
+        [0] + [round((a + st - b) * sc) for a, b in zip(st_list, st_list[1:])]
+        for st_list, st, sc in zip(starts, step, scale)
     ]
     out_rows = []
     for i, row in enumerate(rows):
         kept = []
         for j, t in enumerate(row):
+            oi, oj = offset[0][i], offset[1][j]
+            # the tile before is blended from its last ``extent`` entries (only the last tile of an
+            # axis starts off the stride, so the tile before ends where its kept part and extent do)
             if i > 0:
-                blend(rows[i - 1][j], t, extent[0], axis=2)
+                blend(rows[i - 1][j], t[:, :, oi:], extent[0], axis=2)
             if j > 0:
-                blend(row[j - 1], t, extent[1], axis=3)
-            kept.append(t[:, :, : limit[0], : limit[1]])
+                blend(row[j - 1], t[:, :, :, oj:], extent[1], axis=3)
+            # a same-shape last tile is kept to the edge; any other tile its ``limit``
+            ei = None if same_shape and i == len(rows) - 1 else oi + limit[0]
+            ej = None if same_shape and j == len(row) - 1 else oj + limit[1]
+            kept.append(t[:, :, oi:ei, oj:ej])
         out_rows.append(np.concatenate(kept, axis=3))
     return np.concatenate(out_rows, axis=2)
 

@@ -92,13 +92,21 @@ class WanTiling(StridedTiling):
     frames with its own causal cache, and neighbours are blended over
     ``tile_sample_min_* - tile_sample_stride_*`` pixels (:func:`vidax.nn.tiling.tiled`).
     ``use_tiling`` is the switch (``enable_tiling()`` / ``disable_tiling()``).
-    """
+
+    ``same_shape_tiles`` (vidax's, set by :meth:`scaled` for the plan's larger tiles): each tile
+    has one shape, the last of a row or column ending at the edge (one program; ``tiled``'s
+    ``same_shape``); ``enable_tiling``'s tiles keep the reference's layout."""
 
     tile_sample_min_height: int = 256
     tile_sample_min_width: int = 256
     tile_sample_stride_height: int = 192
     tile_sample_stride_width: int = 192
     use_tiling: bool = False
+    same_shape_tiles: bool = False
+
+    def scaled(self, scale: int) -> WanTiling:
+        """:meth:`StridedTiling.scaled`, with every tile of one shape where ``scale`` > 1."""
+        return dataclasses.replace(super().scaled(scale), same_shape_tiles=scale > 1 or self.same_shape_tiles)
 
     def check(self, config: WanVAEConfig, what: str = "") -> None:
         """Raise InputError (naming the keyword as ``{what}{field}=``) unless every size is a
@@ -107,7 +115,7 @@ class WanTiling(StridedTiling):
         s = config.spatial_compression
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name != "use_tiling" and v % s:
+            if not isinstance(f.default, bool) and v % s:
                 raise InputError(f"{what}{f.name}={v} must be a multiple of {s} (this VAE's spatial compression)")
         for axis in ("height", "width"):
             tile, stride = getattr(self, f"tile_sample_min_{axis}"), getattr(self, f"tile_sample_stride_{axis}")
@@ -797,7 +805,8 @@ class WanVAE(TiledVAE, nnx.Module):
         def run(zt) -> np.ndarray:
             return self._decode_frames(zt, graphdef, state, caches, next(order), True)
 
-        dec = tiled(run, z, tile, step, extent, keep)[:, :, : z.shape[2] * s // p, : z.shape[3] * s // p]
+        dec = tiled(run, z, tile, step, extent, keep, t.same_shape_tiles)
+        dec = dec[:, :, : z.shape[2] * s // p, : z.shape[3] * s // p]
         return np.clip(unpatchify(dec, p), -1.0, 1.0)
 
     # -- the VAE contract (vidax.pipelines.contracts.VAE; the compression factors are the config's)
