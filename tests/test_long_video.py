@@ -92,10 +92,13 @@ def test_chunks_streamed_equal_the_whole_decode(pipe):
     none = pipe("a cat", num_frames=21, on_chunk=kept.append, keep_chunks=False, **CALL).frames
     assert none.shape == (1, 0, 32, 48, 3)
     assert np.array_equal(np.concatenate([c.frames for c in kept], axis=1), whole)
-    # Tiled (a 540P / 720P chunk's decode does not fit a 16 GB chip untiled): each tile's cache
-    # carried from chunk to chunk in host memory; the chunks equal the whole video's tiled decode.
-    # (2 x 3 tiles of 4 x 4 latent pixels every 2, in 4 shapes: those at the edges cut; 3 chunks)
-    pipe.vae.enable_tiling(32, 32, 16, 16)
+    # Tiled as the memory plan tiles (a 540P / 720P chunk's decode does not fit a 16 GB chip
+    # untiled: larger tiles, all of one shape): each tile's cache carried from chunk to chunk in
+    # host memory; the chunks equal the whole video's tiled decode. (2 tiles of 4 x 4 latent
+    # pixels, the second ending at the edge: one tile program; 3 chunks)
+    from vidax.models.wan.vae import WanTiling
+
+    pipe.vae.tiling = WanTiling(32, 32, 16, 16, use_tiling=True, same_shape_tiles=True)
     try:
         tiles: list[FinishedChunk] = []
         pipe("a cat", num_frames=17, on_chunk=tiles.append, **CALL)
