@@ -354,7 +354,7 @@ def test_tiled_decode_scale_is_enable_tiling_with_larger_tiles(kind):
     vae.enable_tiling(**_SCALE_2[kind])
     if vae.TILING_FRAMEWISE is not None:
         vae.use_framewise_decoding = True
-    if kind == "wan":  # the plan's larger tiles are all of one shape (one tile program)
+    if kind in ("wan", "hunyuan_video"):  # the plan's larger tiles are all of one shape (one tile program)
         vae.tiling = dataclasses.replace(vae.tiling, same_shape_tiles=True)
     assert scaled == vae.tiling != default
     for bad in (0, -1, 1.5, True, "2"):

@@ -103,6 +103,12 @@ class HunyuanVideoTiling(StridedTiling):
     tile_sample_stride_height: int = 192
     tile_sample_stride_width: int = 192
     tile_sample_stride_num_frames: int = 12
+    same_shape_tiles: bool = False
+
+    def scaled(self, scale: int) -> HunyuanVideoTiling:
+        """:meth:`StridedTiling.scaled`, with every decode tile of one shape where ``scale`` > 1
+        (vidax's, for the plan's larger tiles: :attr:`vidax.models.wan.vae.WanTiling.same_shape_tiles`)."""
+        return dataclasses.replace(super().scaled(scale), same_shape_tiles=scale > 1 or self.same_shape_tiles)
 
     @classmethod
     def enabled(cls, **given: int | bool | None) -> HunyuanVideoTiling:
@@ -586,7 +592,7 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
         out = tiled(self._run_decode, z, lat, lat_stride,
                     (tl.tile_sample_min_height - tl.tile_sample_stride_height,
                      tl.tile_sample_min_width - tl.tile_sample_stride_width),
-                    (tl.tile_sample_stride_height, tl.tile_sample_stride_width))  # fmt: skip
+                    (tl.tile_sample_stride_height, tl.tile_sample_stride_width), tl.same_shape_tiles)  # fmt: skip
         return out[:, :, : z.shape[2] * s, : z.shape[3] * s]
 
     def _encode_window(self, x, tl: HunyuanVideoTiling) -> np.ndarray:
