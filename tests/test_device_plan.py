@@ -241,6 +241,12 @@ def test_the_plans_larger_tiles_reach_the_vae(ckpt, monkeypatch):
     assert "VAE tiled, 512 px tiles" in placed.device_plan.line()
     asked = with_memory(with_placement(plan), vae_tiling=True)
     assert (asked.vae_tiling, asked.vae_tile_scale) == (True, 1)
+    # the line and the decode's estimate are those of the tiles that run (the reference's)
+    assert "VAE tiled, 256 px tiles" in asked.device_plan.line(), asked.device_plan.line()
+    assert asked.device_plan.stages.decode < placed.device_plan.stages.decode
+    # 8-bit kernels are said in the line
+    eight = with_placement(with_call(read_plan(ckpt, weight_dtype="int8"), prompt=PROMPT, **ARGS))
+    assert "int8 kernels, the rest float32" in eight.device_plan.line(), eight.device_plan.line()
     pipe = placed.pipeline.from_plan(placed, progress=False)
     assert pipe.vae.tiling == WanTiling(512, 512, 448, 448, use_tiling=True, same_shape_tiles=True)
 

@@ -147,8 +147,24 @@ def test_random_weights_take_an_8bit_format(ckpt, configs_only):
         assert k.dtype == np.int8 and k.min() < -100 and k.max() > 100, path
         # int8 uniform over [-127, 127] times the scale: the float kernel's 1/sqrt(fan_in) std (±10 %)
         assert abs(float((k.astype(np.float32) * scale[..., None, :]).std()) * np.sqrt(fan_in) - 1) < 0.1, path
+        assert flat[path[:-1] + (SCALE,)].get_value().dtype == np.float32  # as the loader stores them
     video = pipe("a cat", num_inference_steps=2, height=32, width=32, num_frames=5, output_type="np").frames
     assert np.isfinite(video).all() and video.std() > 0
+    # fp8: float8 kernels (a float kernel's spread) and float32 scales of 1, as many as int8's
+    fp8 = plan_component(
+        registry().component(Checkpoint.open(configs_only).class_of("transformer")),
+        os.path.join(configs_only, "transformer"),
+        jnp.bfloat16,
+        random_weights=True,
+        weights="float8_e4m3fn",
+    ).read()
+    flat8 = dict(nnx.to_flat_state(nnx.state(fp8)))
+    kernels8 = [p for p in flat8 if p[-1] == "kernel" and p[:-1] + (SCALE,) in flat8]
+    assert len(kernels8) == len(kernels)
+    for path in kernels8:
+        k = np.asarray(flat8[path].get_value())
+        assert k.dtype == jnp.float8_e4m3fn and np.asarray(k, np.float32).std() > 0, path
+        assert flat8[path[:-1] + (SCALE,)].get_value().dtype == np.float32, path
 
 
 def test_random_weights_refuse_a_single_file_transformer(configs_only, tmp_path):

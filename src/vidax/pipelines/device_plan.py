@@ -300,6 +300,11 @@ class DevicePlan:
     asked_text_chunk: int | None = None
     vae_tile_scale: int = 1
     vae_tile_side: int = 0
+    weights: str | None = None
+
+    def weight_words(self) -> str:
+        """``"bfloat16"``, or ``"int8 kernels, the rest bfloat16"`` with 8-bit transformer kernels."""
+        return f"{self.weights} kernels, the rest {self.dtype}" if self.weights else self.dtype
 
     def tile_words(self) -> str:
         """``"tiled, 512 px tiles"`` (``"tiled"`` where the side is not known; ``"whole"`` untiled)."""
@@ -317,10 +322,10 @@ class DevicePlan:
             given = "" if "chunk" in self.chosen else ", as asked"
             parts.append(
                 f"transformer streamed {self.chunk} block{'s' * (self.chunk != 1)} a chunk "
-                f"({_gib(weights)} in {self.dtype} with the rest > {_gib(self.device)} {what}{given})"
+                f"({_gib(weights)} in {self.weight_words()} with the rest > {_gib(self.device)} {what}{given})"
             )
         else:
-            parts.append(f"transformer resident ({_gib(weights)} in {self.dtype})")
+            parts.append(f"transformer resident ({_gib(weights)} in {self.weight_words()})")
         if self.micro_batch is not None and self.micro_batch < self.rows:
             given = "" if "micro_batch" in self.chosen else ", as asked"
             parts.append(
@@ -771,7 +776,7 @@ def plan_device(
     if asked is not None:
         keep = {n: asked.keep_vae if n in DECODERS else asked.keep_text_encoder for n in cls.family.stageable}
         keep["transformer"] = asked.keep_transformer
-    return choose(
+    dp = choose(
         sizes,
         act,
         device,
@@ -784,6 +789,7 @@ def plan_device(
         micro_batch=micro_batch,
         text_chunk=None if asked is None else asked.text_encoder_chunk,
     )
+    return dataclasses.replace(dp, weights=plan.checkpoint.weights if weights == "checkpoint" else weights)
 
 
 def remedies(

@@ -353,7 +353,9 @@ def _with_device_memory(plan: Plan, refuse: bool, vae_tiling: bool) -> Plan:
     from vidax.errors import Arg, OutOfMemoryError
     from vidax.pipelines.device_plan import device_limit, refusal
 
-    if vae_tiling and not plan.device_plan.vae_tiling:
+    if vae_tiling and (not plan.device_plan.vae_tiling or plan.device_plan.vae_tile_scale > 1):
+        # tiles asked for are the reference's: re-planned with them (the line and the stage
+        # estimates of the tiles that run, not of the larger ones the plan would choose)
         plan = with_device_plan(plan, plan.asked_offload, vae_tiling=True)
     dp = plan.device_plan
     if not dp.fits:

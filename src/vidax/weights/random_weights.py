@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.nn.quant import SCALE
 from vidax.weights.loader import (
     DtypePolicy,
     PendingLoad,
@@ -144,8 +145,6 @@ def _quantized_scale(path: tuple, abstract: dict, stacked: dict) -> tuple[float,
     """``(mean, std)`` of an 8-bit Linear's ``kernel`` or ``kernel_scale`` (None for any other
     parameter): an int8 kernel spans its range (std 127 / sqrt(3)) and its scale is the float
     kernel's std over that; a float8 kernel is made as a float one, with scale 1."""
-    from vidax.nn.quant import SCALE
-
     leaf = str(path[-1])
     kernel = path[:-1] + ("kernel",)
     if leaf not in ("kernel", SCALE) or path[:-1] + (SCALE,) not in abstract:
@@ -216,7 +215,10 @@ def random_module(
         for path, var in abstract.items():
             target = var.get_value()
             floating = jnp.issubdtype(target.dtype, jnp.floating)
-            sds = jax.ShapeDtypeStruct(target.shape, policy.dtype_for(path) if floating else target.dtype)
+            # an 8-bit kernel and its float32 scale keep their dtypes (as the loader stores them)
+            quantized = path[-1] in ("kernel", SCALE) and path[:-1] + (SCALE,) in abstract
+            own = not floating or quantized
+            sds = jax.ShapeDtypeStruct(target.shape, target.dtype if own else policy.dtype_for(path))
             sharding = placement(path, sds) if placement is not None else jax.sharding.SingleDeviceSharding(device)
             mean, std = _quantized_scale(path, abstract, stacked) or value_scale(path, sds.shape, path in stacked)
             base = _path_seed(path, seed)
