@@ -137,7 +137,7 @@ def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
     are bit-identical to the step taking the bf16 stacks as they are (the path before)."""
     from flax import nnx
 
-    import vidax.pipelines.run as run
+    import vidax.pipelines.denoiser as run
     from vidax.nn.kernels import StackBits
 
     path, _ = ltx

@@ -103,9 +103,9 @@ def tiled(
             # the tile before is blended from its last ``extent`` entries (only the last tile of an
             # axis starts off the stride, so the tile before ends where its kept part and extent do)
             if i > 0:
-                blend(rows[i - 1][j], t[:, :, oi:], extent[0], axis=2)
+                blend(rows[i - 1][j], t[:, :, oi:] if oi else t, extent[0], axis=2)
             if j > 0:
-                blend(row[j - 1], t[:, :, :, oj:], extent[1], axis=3)
+                blend(row[j - 1], t[:, :, :, oj:] if oj else t, extent[1], axis=3)
             # a same-shape last tile is kept to the edge; any other tile its ``limit``
             ei = None if same_shape and i == len(rows) - 1 else oi + limit[0]
             ej = None if same_shape and j == len(row) - 1 else oj + limit[1]
