@@ -58,9 +58,9 @@ def tile_starts(size: int, tile: int, step: int, same_shape: bool = False) -> li
     ``range(0, size, step)``: the last tiles cut short by the edge); ``same_shape``: every ``step``
     while a whole tile fits, then one ending at the edge (every tile ``tile`` long where ``size``
     is at least that; never more tiles than the reference's)."""
-    if not same_shape or size <= tile:
-        return list(range(0, size, step)) if not same_shape else [0]
-    return list(range(0, size - tile, step)) + [size - tile]
+    if not same_shape:
+        return list(range(0, size, step))
+    return [0] if size <= tile else list(range(0, size - tile, step)) + [size - tile]
 
 
 def tiled(

@@ -267,11 +267,7 @@ def load_module(
             listing the first few of each kind with their files.
     """
     reader = source if not isinstance(source, (str, os.PathLike)) else CheckpointReader(source)
-    if policy.weights is not None:
-        from vidax.nn.quant import quantize_structure
-
-        plain, fmt = make, policy.weights
-        make = lambda: quantize_structure(plain(), fmt, policy.keep_fp32)  # noqa: E731
+    make = stored_maker(make, policy)
     graphdef, abstract = abstract_params(make)
     stacks = _stack_axes(abstract, rules)
 
@@ -286,6 +282,17 @@ def load_module(
         abstract,
     )
     return read if defer else read.read()
+
+
+def stored_maker(make: Callable[[], nnx.Module], policy: DtypePolicy) -> Callable[[], nnx.Module]:
+    """``make`` as the parameters are stored: with an 8-bit ``policy.weights``, every quantizable
+    Linear given its 8-bit ``kernel`` and ``kernel_scale`` (:func:`vidax.nn.quant.quantize_structure`);
+    else ``make`` itself."""
+    if policy.weights is None:
+        return make
+    from vidax.nn.quant import quantize_structure
+
+    return lambda: quantize_structure(make(), policy.weights, policy.keep_fp32)
 
 
 def _key_plan(reader: Any, rules: KeyRules, abstract: dict, stacks: dict) -> tuple[dict, list[str], set]:

@@ -49,6 +49,7 @@ from vidax.weights.loader import (
     _stack_axes,
     abstract_params,
     path_str,
+    stored_maker,
 )
 from vidax.weights.safetensors_io import TensorIndex, TensorInfo
 
@@ -193,12 +194,7 @@ def random_module(
     Returns:
         A :class:`~vidax.weights.loader.PendingLoad` (its ``abstract``: the parameters).
     """
-    if policy.weights is not None:
-        from vidax.nn.quant import quantize_structure
-
-        plain, fmt = make, policy.weights
-        make = lambda: quantize_structure(plain(), fmt, policy.keep_fp32)  # noqa: E731
-    graphdef, abstract = abstract_params(make)
+    graphdef, abstract = abstract_params(stored_maker(make, policy))
     stacked = _stack_axes(abstract, rules)
     streamed = tuple(block_stacks) if stream is not None else ()
 
